@@ -1,0 +1,498 @@
+"""One accepted socket and the lifecycle of its requests: receive into a reused buffer, feed the
+codec, dispatch events, send responses, and close cleanly.
+
+``Connection`` holds what every protocol shares (receive buffer, send queue, lingering close);
+``FastCGIConnection`` adds FastCGI's records, KEEP_CONN, GET_VALUES and multiplexing.
+No WSGI here (gateway.py) and no accept loop or process model (serving/).
+"""
+import collections
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from flupfast import _impl
+from flupfast.body import ClientDisconnected, Spool
+from flupfast.gateway import is_peer_gone
+from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
+                             MAX_OPEN_REQUESTS, RECV_BUFFER_SIZE)
+from flupfast.output import build_cgi_head, send_buffers, shutdown_quietly
+from flupfast.protocols import fastcgi as fcgi
+from flupfast.protocols.errors import ProtocolError
+
+logger = logging.getLogger('flupfast')
+
+
+class Connection:
+    """What every protocol's connection shares: the socket, a reused receive buffer, a send
+    queue that gathers buffers into one ``sendmsg``, and the lingering close.
+    """
+
+    def __init__(self, sock, addr):
+        self._sock = sock
+        self._addr = addr
+        self._recv_buf = bytearray(RECV_BUFFER_SIZE)
+        self._recv_view = memoryview(self._recv_buf)
+        self._out = []
+        self._out_bytes = 0
+        self._send_lock = threading.Lock()
+        self.closed = False
+
+    def recv_some(self):
+        """One ``recv_into`` the reused buffer; returns a view of the new bytes ('' at EOF)."""
+        try:
+            count = self._sock.recv_into(self._recv_buf)
+        except InterruptedError:
+            count = self._sock.recv_into(self._recv_buf)
+        return self._recv_view[:count]
+
+    def send(self, buffers, hold=False):
+        """Queue ``buffers``; send everything queued unless ``hold`` and under the limit."""
+        with self._send_lock:
+            self._out += buffers
+            if hold:
+                for buf in buffers:
+                    self._out_bytes += len(buf)
+                if self._out_bytes < COALESCE_LIMIT:
+                    return
+            out = self._out
+            self._out = []
+            self._out_bytes = 0
+            send_buffers(self._sock, out)
+
+    def linger_close(self):
+        """Half-close, discard what the peer still sends for a bounded time, then close, so
+        unread request bytes do not turn our FIN into an RST that destroys the response.
+        """
+        if self.closed:
+            return
+        shutdown_quietly(self._sock, socket.SHUT_WR)
+        deadline = time.monotonic() + LINGER_SECONDS
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._sock.settimeout(remaining)
+                if not self._sock.recv_into(self._recv_buf):
+                    break
+        except OSError:
+            pass
+        self.close()
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+
+
+class StdoutStream:
+    """FCGI_STDOUT of one request (flup's ``OutputStream``): ``write`` frames bytes as records
+    and sends them; ``close`` ends the stream with an empty record if anything was written.
+    """
+
+    record_type = fcgi.FCGI_STDOUT
+
+    def __init__(self, conn, req):
+        self._conn = conn
+        self._req = req
+        self.dataWritten = False
+        self.closed = False
+
+    def write_parts(self, parts, hold=False):
+        req = self._req
+        if req.aborted:
+            return  # the web server gave up on this request: nothing reads the bytes
+        buffers = []
+        for part in parts:
+            if part:
+                buffers += _impl.frame_stdout(req.requestId, part, self._conn.max_content,
+                                              self.record_type)
+        if buffers:
+            self.dataWritten = True
+            self._conn.send(buffers, hold and not self._conn.multiplexed)
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('utf-8')
+        self.write_parts((data,))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        self._conn.send([])
+
+    def end_buffers(self):
+        """The buffers that close the stream (empty if nothing was ever written)."""
+        if self.closed:
+            return []
+        self.closed = True
+        if not self.dataWritten:
+            return []
+        return [fcgi.encode_record(self.record_type, self._req.requestId)]
+
+    def close(self):
+        self._conn.send(self.end_buffers())
+
+
+class StderrStream(StdoutStream):
+    """FCGI_STDERR (``wsgi.errors``): held in memory until flushed or the request ends, as
+    flup's buffered stream; str is encoded UTF-8 as flup does.
+    """
+
+    record_type = fcgi.FCGI_STDERR
+
+    def __init__(self, conn, req):
+        super().__init__(conn, req)
+        self._held = []
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('utf-8')
+        if data:
+            self._held.append(bytes(data))
+
+    def flush(self):
+        if self._held:
+            held, self._held = self._held, []
+            self.write_parts((b''.join(held),))
+
+    def end_buffers(self):
+        buffers = []
+        if self._held and not self._req.aborted:
+            held, self._held = self._held, []
+            buffers = _impl.frame_stdout(self._req.requestId, b''.join(held),
+                                         self._conn.max_content, self.record_type)
+            self.dataWritten = True
+        return buffers + super().end_buffers()
+
+
+class CGIResponder:
+    """The gateway's responder for CGI-style protocols: a ``Status:`` header block, then the
+    body, on one byte stream; headers and the first body bytes leave in one send.
+    """
+
+    __slots__ = ('_stream',)
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def send_head(self, status, headers, data, more):
+        self._stream.write_parts((build_cgi_head(status, headers), data), more)
+
+    def send_body(self, data, more):
+        self._stream.write_parts((data,), more)
+
+
+class TimeoutException(Exception):
+    """Raised inside the app when a fork server's per-request ``timeout`` expires."""
+
+
+class request_deadline:
+    """flup's per-request ``timeout`` of the fork servers (fcgi_base.py:561-591): SIGALRM
+    raises TimeoutException inside the app after writing "Timeout Exceeded" and the stack.
+    Signals reach only the main thread, so elsewhere (threads, multiplexing) it is a no-op,
+    and the previous SIGALRM handler is restored afterwards.
+    """
+
+    def __init__(self, timeout, report):
+        self._timeout = timeout
+        self._report = report
+        self._previous = None
+
+    def _expired(self, signum, frame):
+        self._report('Timeout Exceeded\n')
+        self._report(''.join(traceback.format_stack(frame)))
+        raise TimeoutException
+
+    def __enter__(self):
+        if self._timeout and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGALRM, self._expired)
+            signal.setitimer(signal.ITIMER_REAL, self._timeout)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+            self._previous = None
+        return False
+
+
+class FastCGIRequest:
+    """One FastCGI request (flup's ``fcgi_base.Request``; its attribute names are kept because
+    ``handler``/``error`` overrides use them): params, stdin, stdout, stderr, data.
+    """
+
+    def __init__(self, conn, inputStreamClass=None, timeout=None):
+        self._conn = conn
+        self.server = conn.server
+        self._timeout = timeout
+        self.requestId = None
+        self.role = None
+        self.flags = 0
+        self.aborted = False
+        self.params = {}
+        self.keep_conn = False
+        self._pending = {fcgi.FCGI_STDIN: collections.deque(), fcgi.FCGI_DATA: collections.deque()}
+        self._ended = {fcgi.FCGI_STDIN: False, fcgi.FCGI_DATA: False}
+        self.stdin = conn.open_input(self, fcgi.FCGI_STDIN)
+        self.data = conn.open_input(self, fcgi.FCGI_DATA)
+        self.stdout = StdoutStream(conn, self)
+        self.stderr = StderrStream(conn, self)
+
+    def run(self):
+        """Run the handler, answer errors, end the request (flup fcgi_base.py:568-598)."""
+        try:
+            with request_deadline(self._timeout, self.stderr.write):
+                protocol_status, app_status = self.server.handler(self)
+        except Exception:
+            if is_peer_gone(sys.exc_info()[1]):
+                protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
+            else:
+                traceback.print_exc(file=self.stderr)
+                self.stderr.flush()
+                if not self.stdout.dataWritten:
+                    self.server.error(self)
+                protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
+        self._end(app_status, protocol_status)
+
+    def _end(self, appStatus=0, protocolStatus=fcgi.FCGI_REQUEST_COMPLETE):
+        self._conn.end_request(self, appStatus, protocolStatus)
+
+
+class FastCGIConnection(Connection):
+    """A FastCGI connection from the web server (spec 3): requests one after another in this
+    thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
+    """
+
+    def __init__(self, sock, addr, server, timeout=None):
+        super().__init__(sock, addr)
+        self.server = server
+        self.timeout = timeout
+        self.multiplexed = bool(getattr(server, 'multiplexed', False))
+        maxwrite = getattr(server, 'maxwrite', DEFAULT_MAXWRITE)
+        # Record content: a multiple of 8 so only a stream's last record needs padding.
+        self.max_content = max(8, min(maxwrite - fcgi.FCGI_HEADER_LEN, 0xFFF8) & ~7)
+        self._parser = _impl.FastCGIParser()
+        self._events = collections.deque()
+        self._requests = {}
+        self._eof = False
+        self.max_requests = None  # set by a prefork child: retire after this many
+        self.served = 0
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _read_events(self):
+        """Receive once and queue the events; returns False at EOF."""
+        data = self.recv_some()
+        if not data:
+            self._eof = True
+            return False
+        self._events.extend(self._parser.feed(data))
+        return True
+
+    def open_input(self, req, stream_type):
+        if self.multiplexed:
+            spool = Spool()
+            req._pending[stream_type] = spool
+            return _impl.InputStream(spool.pull)
+        return _impl.InputStream(lambda: self._pull(req, stream_type))
+
+    def _pull(self, req, stream_type):
+        """The next chunk of one of ``req``'s input streams; reads the socket only when the app
+        asks, handling whatever else arrives meanwhile (flup's lazy stdin).
+        """
+        pending = req._pending[stream_type]
+        while not pending:
+            if req._ended[stream_type]:
+                return b''
+            if not self._events and not self._read_events():
+                raise ClientDisconnected('the web server closed the connection before the '
+                                         'end of FCGI_%s' % ('STDIN' if stream_type ==
+                                                             fcgi.FCGI_STDIN else 'DATA'))
+            while self._events and not pending:
+                self._dispatch(self._events.popleft())
+        return pending.popleft()
+
+    # -- the connection loop -----------------------------------------------------------------
+
+    def run(self):
+        """Serve until the web server closes, a request without KEEP_CONN ends, or the
+        request budget (``max_requests``) is spent. Returns the number of requests served.
+        """
+        try:
+            self._serve()
+        except ProtocolError as exc:
+            logger.error('FastCGI protocol error from %s: %s; closing the connection',
+                         self._peer_name(), exc)
+        except ClientDisconnected:
+            pass
+        except OSError as exc:
+            if not is_peer_gone(exc):
+                logger.exception('FastCGI connection from %s failed', self._peer_name())
+        finally:
+            self._finish()
+        return self.served
+
+    def _peer_name(self):
+        if isinstance(self._addr, tuple) and len(self._addr) >= 2:
+            return '%s:%s' % self._addr[:2]
+        return self._addr or 'unix socket'
+
+    def _serve(self):
+        while not self.closed:
+            if not self._events and not self._read_events():
+                return
+            while self._events and not self.closed:
+                self._dispatch(self._events.popleft())
+
+    def _finish(self):
+        for req in list(self._requests.values()):
+            if self.multiplexed:
+                for spool in req._pending.values():
+                    spool.abort()
+        if self.multiplexed:
+            for req in list(self._requests.values()):
+                thread = getattr(req, '_thread', None)
+                if thread is not None:
+                    thread.join()
+        self.close()
+
+    def _dispatch(self, event):
+        record_type, request_id, payload = event
+        if record_type == fcgi.FCGI_STDIN or record_type == fcgi.FCGI_DATA:
+            req = self._requests.get(request_id)
+            if req is None or req._ended[record_type]:
+                return  # spec 3.3: records for inactive requests are ignored
+            if self.multiplexed:
+                spool = req._pending[record_type]
+                if payload:
+                    spool.push(payload)
+                else:
+                    req._ended[record_type] = True
+                    spool.end()
+            elif payload:
+                req._pending[record_type].append(payload)
+            else:
+                req._ended[record_type] = True
+        elif record_type == fcgi.FCGI_PARAMS:
+            self._on_params(request_id, payload)
+        elif record_type == fcgi.FCGI_BEGIN_REQUEST:
+            self._on_begin_request(request_id, payload)
+        elif record_type == fcgi.FCGI_ABORT_REQUEST:
+            req = self._requests.get(request_id)
+            if req is not None:
+                req.aborted = True
+        elif record_type == fcgi.FCGI_GET_VALUES:
+            self._on_get_values(payload)
+        elif request_id == fcgi.FCGI_NULL_REQUEST_ID:
+            # Spec 4.2: an unknown management record gets FCGI_UNKNOWN_TYPE.
+            logger.warning('FastCGI: unknown management record type %d from %s',
+                           record_type, self._peer_name())
+            self.send([fcgi.encode_unknown_type(record_type)])
+        else:
+            logger.warning('FastCGI: ignoring record of unknown type %d for request %d from %s',
+                           record_type, request_id, self._peer_name())
+
+    def _on_begin_request(self, request_id, payload):
+        role, flags = payload
+        if request_id in self._requests:
+            raise ProtocolError('BEGIN_REQUEST for request %d, which is already active'
+                                % request_id)
+        if self._requests and not self.multiplexed:
+            # flup fcgi_base.py:770: one request at a time unless multiplexed.
+            self.send([fcgi.encode_end_request(request_id, 0, fcgi.FCGI_CANT_MPX_CONN)])
+            return
+        if len(self._requests) >= MAX_OPEN_REQUESTS:
+            self.send([fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
+            return
+        req = self.server.request_class(self, None, self.timeout)
+        req.requestId = request_id
+        req.role = role
+        req.flags = flags
+        req.keep_conn = bool(flags & fcgi.FCGI_KEEP_CONN)
+        self._requests[request_id] = req
+
+    def _on_params(self, request_id, params):
+        req = self._requests.get(request_id)
+        if req is None:
+            return
+        req.params = params
+        if not self.multiplexed:
+            req.run()
+            return
+        thread = threading.Thread(target=req.run, name='flupfast-fcgi-%d' % request_id,
+                                  daemon=True)
+        req._thread = thread
+        try:
+            thread.start()
+        except RuntimeError:
+            # flup means to answer OVERLOADED here but raises NameError (fcgi_base.py:894).
+            logger.error('FastCGI: cannot start a thread for request %d; answering OVERLOADED',
+                         request_id)
+            req._thread = None
+            self.end_request(req, 0, fcgi.FCGI_OVERLOADED)
+
+    def _on_get_values(self, names):
+        capability = getattr(self.server, 'capability', {})
+        answer = {}
+        for name in names:
+            # flup looks str keys up with bytes names, so it always answers empty.
+            if name in capability:
+                answer[name] = capability[name]
+        self.send([fcgi.encode_get_values_result(answer)])
+
+    # -- ending a request --------------------------------------------------------------------
+
+    def end_request(self, req, app_status=0, protocol_status=fcgi.FCGI_REQUEST_COMPLETE):
+        """Close STDOUT and STDERR, then END_REQUEST (spec 5.5: always in this order), all in
+        one send; then keep the connection, drain it, or close it.
+        """
+        buffers = req.stdout.end_buffers() + req.stderr.end_buffers()
+        buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
+        try:
+            self.send(buffers)
+        except OSError as exc:
+            if not is_peer_gone(exc):
+                raise
+            self._requests.pop(req.requestId, None)
+            self.close()
+            return
+        self.served += 1
+        if self.multiplexed:
+            self._end_multiplexed(req)
+            return
+        if not req.keep_conn or (self.max_requests is not None
+                                 and self.served >= self.max_requests):
+            self._requests.pop(req.requestId, None)
+            if req._ended[fcgi.FCGI_STDIN] and not self._events and not self._parser.pending:
+                self.close()  # nothing unread: a plain close sends FIN, not RST
+            else:
+                self.linger_close()
+            return
+        # KEEP_CONN: the stream must be at its end before the next request's records.
+        try:
+            req.stdin.drain()
+            if req.role == fcgi.FCGI_FILTER:
+                req.data.drain()
+        finally:
+            self._requests.pop(req.requestId, None)
+
+    def _end_multiplexed(self, req):
+        with self._send_lock:
+            self._requests.pop(req.requestId, None)
+            last = not self._requests
+        for spool in req._pending.values():
+            spool.close()
+        if last and not req.keep_conn:
+            # Wake the reading thread; it closes the socket once the reads stop.
+            shutdown_quietly(self._sock, socket.SHUT_RDWR)

@@ -1,0 +1,258 @@
+"""The WSGI glue, once for every protocol and mode: the environ, ``start_response`` and
+``write``, the result loop with flup's Content-Length rule, ``close()``, and the error pages.
+
+It knows no protocol: a *responder* puts the status, headers and body on the wire
+(``send_head(status, headers, data, more)`` and ``send_body(data, more)``, where ``more=True``
+says more data follows at once, so the responder may hold the bytes and send them together).
+Behaviour matches flup 1.0.3's ``fcgi_base.py:1074-1192`` (copied there three times).
+"""
+import errno
+import html
+import linecache
+import sys
+import traceback
+
+# flup's error page, byte for byte (fcgi_base.py:1238, scgi_base.py:572, ajp_base.py:979).
+ERROR_STATUS = b'500 Internal Server Error'
+ERROR_HEADERS = ((b'Content-Type', b'text/html'),)
+ERROR_BODY = b"""<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">
+<html><head>
+<title>Unhandled Exception</title>
+</head><body>
+<h1>Unhandled Exception</h1>
+<p>An unhandled exception was thrown by the application.</p>
+</body></html>
+"""
+
+# The peer went away: nothing left to answer, and not the app's fault.
+_GONE_ERRNOS = frozenset((errno.EPIPE, errno.ECONNRESET, errno.ESHUTDOWN, errno.ENOTCONN))
+
+
+def is_peer_gone(exc):
+    return isinstance(exc, OSError) and exc.errno in _GONE_ERRNOS
+
+
+def build_environ(environ, overrides, stdin, stderr, multithread, multiprocess, run_once):
+    """Add the ``wsgi.*`` keys to the protocol's variables, in place, as flup does.
+
+    ``overrides`` (the constructor's ``environ=``) wins over the request's values.
+    """
+    if overrides:
+        environ.update(overrides)
+    environ['wsgi.version'] = (1, 0)
+    environ['wsgi.input'] = stdin
+    environ['wsgi.errors'] = stderr
+    environ['wsgi.multithread'] = multithread
+    environ['wsgi.multiprocess'] = multiprocess
+    environ['wsgi.run_once'] = run_once
+    # flup compares exactly: only 'on' and '1' mean https.
+    if environ.get('HTTPS', 'off') in ('on', '1'):
+        environ['wsgi.url_scheme'] = 'https'
+    else:
+        environ['wsgi.url_scheme'] = 'http'
+    return environ
+
+
+def split_request_uri(environ):
+    """REQUEST_URI as [path] or [path, query], or None when the server sent none."""
+    uri = environ.get('REQUEST_URI')
+    if uri is None:
+        return None
+    return uri.split('?', 1)
+
+
+def fill_query_string(environ, request_uri):
+    """QUERY_STRING from REQUEST_URI when absent or empty (flup fcgi_base.py:1213)."""
+    if not environ.get('QUERY_STRING'):
+        if request_uri is not None and len(request_uri) > 1:
+            environ['QUERY_STRING'] = request_uri[1]
+        else:
+            environ['QUERY_STRING'] = ''
+
+
+def sanitize_cgi_environ(environ, server_name):
+    """flup's FastCGI ``_sanitizeEnv`` (fcgi_base.py:1194-1227), exactly.
+
+    PATH_INFO derived from REQUEST_URI stays percent-encoded, as flup leaves it: apps behind
+    nginx's stock fastcgi_params (no PATH_INFO) depend on that.
+    """
+    if 'SCRIPT_NAME' not in environ:
+        environ['SCRIPT_NAME'] = ''
+    request_uri = split_request_uri(environ)
+    if not environ.get('PATH_INFO'):
+        if request_uri is not None:
+            script_name = environ['SCRIPT_NAME']
+            if not request_uri[0].startswith(script_name):
+                environ['wsgi.errors'].write('WARNING: SCRIPT_NAME does not match REQUEST_URI')
+            environ['PATH_INFO'] = request_uri[0][len(script_name):]
+        else:
+            environ['PATH_INFO'] = ''
+    fill_query_string(environ, request_uri)
+    for name, default in (('REQUEST_METHOD', 'GET'), ('SERVER_NAME', 'localhost'),
+                          ('SERVER_PORT', '80'), ('SERVER_PROTOCOL', 'HTTP/1.0')):
+        if name not in environ:
+            environ['wsgi.errors'].write('%s: missing FastCGI param %s required by WSGI!\n'
+                                         % (server_name, name))
+            environ[name] = default
+
+
+def _to_bytes(value, what):
+    if type(value) is str:
+        return value.encode('latin-1')  # flup's lenient str acceptance
+    if type(value) is not bytes:
+        raise AssertionError(what)
+    return value
+
+
+class Response:
+    """``start_response`` and ``write`` for one request, over a responder.
+
+    The checks are flup's asserts with its messages, raised even under ``python -O``.
+    """
+
+    __slots__ = ('responder', 'status', 'headers', 'headers_sent', 'result')
+
+    def __init__(self, responder):
+        self.responder = responder
+        self.status = None
+        self.headers = None
+        self.headers_sent = False
+        self.result = None
+
+    def start_response(self, status, response_headers, exc_info=None):
+        if exc_info:
+            try:
+                if self.headers_sent:
+                    raise exc_info[1].with_traceback(exc_info[2])
+            finally:
+                exc_info = None  # no reference cycle through the frame
+        elif self.status is not None:
+            raise AssertionError('Headers already set!')
+        status = _to_bytes(status, 'Status must be a string')
+        if len(status) < 4:
+            raise AssertionError('Status must be at least 4 characters')
+        try:
+            code = int(status[:3])
+        except ValueError:
+            raise AssertionError('Status must begin with 3-digit code') from None
+        if not code:
+            raise AssertionError('Status must begin with 3-digit code')
+        if status[3] != 0x20:
+            raise AssertionError('Status must have a space after code')
+        if type(response_headers) is not list:
+            raise AssertionError('Headers must be a list')
+        headers = []
+        for name, value in response_headers:
+            name = _to_bytes(name, 'Header name "%s" must be bytes' % (name,))
+            value = _to_bytes(value, 'Value of header "%s" must be bytes' % (name,))
+            headers.append((name, value))
+        self.status = status
+        self.headers = headers
+        return self.write
+
+    def write(self, data):
+        """The WSGI ``write`` callable: sends at once."""
+        self.send(data, False)
+
+    def send(self, data, more):
+        data = _to_bytes(data, 'write() argument must be bytes')
+        if self.headers_sent:
+            if data:
+                self.responder.send_body(data, more)
+            return
+        if self.status is None:
+            raise AssertionError('write() before start_response()')
+        headers = self.headers
+        if self.result is not None and _has_one_item(self.result):
+            # flup adds Content-Length only for a one-item result (fcgi_base.py:1121).
+            for name, _ in headers:
+                if name.lower() == b'content-length':
+                    break
+            else:
+                headers.append((b'Content-Length', str(len(data)).encode('latin-1')))
+        self.headers_sent = True
+        self.responder.send_head(self.status, headers, data, more)
+
+
+def _has_one_item(result):
+    try:
+        return len(result) == 1
+    except TypeError:
+        return False
+
+
+def run_application(application, environ, responder, app_lock=None):
+    """Call the app and send its result through ``responder``; ``close()`` always called.
+
+    A list or tuple result is complete in memory, so its chunks are coalesced (``more=True``)
+    and leave with the end of the request; any other iterable may stream, so each chunk leaves
+    at once. EPIPE and ECONNRESET (the web server went away) end the request quietly and are
+    reported by the return value: False when the peer was gone, True otherwise.
+    """
+    response = Response(responder)
+    if app_lock is not None:
+        app_lock.acquire()
+    try:
+        try:
+            result = application(environ, response.start_response)
+            try:
+                response.result = result
+                more = type(result) in (list, tuple)
+                for data in result:
+                    if data:
+                        response.send(data, more)
+                if not response.headers_sent:
+                    response.send(b'', more)  # the body was empty: headers only
+            finally:
+                if hasattr(result, 'close'):
+                    result.close()
+        except OSError as exc:
+            if not is_peer_gone(exc):
+                raise
+            return False
+    finally:
+        if app_lock is not None:
+            app_lock.release()
+    return True
+
+
+def error_page(debug, exc_info=None):
+    """The body of the 500 page: flup's fixed page, or with ``debug`` a traceback page.
+
+    flup renders the debug page with ``cgitb``, which Python 3.13 removed (the request then
+    dies with no answer); ours needs nothing outside the standard library's core.
+    """
+    if not debug:
+        return ERROR_BODY
+    return render_traceback_html(exc_info or sys.exc_info())
+
+
+def render_traceback_html(exc_info):
+    """An HTML page with the exception and, per frame, the source line and the locals."""
+    etype, value, tb = exc_info
+    esc = html.escape
+    title = esc('%s: %s' % (getattr(etype, '__name__', etype), value))
+    parts = ['<!DOCTYPE html>\n<html><head><title>', title, '</title></head><body>\n',
+             '<h1>', title, '</h1>\n', '<p>Python %s</p>\n' % esc(sys.version.split()[0])]
+    for frame, lineno in traceback.walk_tb(tb):
+        code = frame.f_code
+        parts.append('<h3>%s, line %d, in %s</h3>\n'
+                     % (esc(code.co_filename), lineno, esc(code.co_name)))
+        source = linecache.getline(code.co_filename, lineno, frame.f_globals).strip()
+        if source:
+            parts.append('<pre>%s</pre>\n' % esc(source))
+        if frame.f_locals:
+            parts.append('<table>\n')
+            for name, local in sorted(frame.f_locals.items()):
+                try:
+                    shown = repr(local)
+                except Exception as exc:  # a broken __repr__ must not hide the real error
+                    shown = '<unrepresentable: %s>' % type(exc).__name__
+                if len(shown) > 500:
+                    shown = shown[:500] + '...'
+                parts.append('<tr><td>%s</td><td><code>%s</code></td></tr>\n'
+                             % (esc(name), esc(shown)))
+            parts.append('</table>\n')
+    parts.append('<pre>%s</pre>\n</body></html>\n'
+                 % esc(''.join(traceback.format_exception(etype, value, tb))))
+    return ''.join(parts).encode('latin-1', 'xmlcharrefreplace')

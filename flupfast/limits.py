@@ -1,0 +1,45 @@
+"""Every size limit and time bound of flupfast, each with the reason for its value.
+
+Codecs, streams and connections import their caps from here so that one place documents them.
+"""
+
+# FastCGI PARAMS: mod_fcgid cannot send more than 64 KiB in its single PARAMS record; nginx's
+# large_client_header_buffers default to 4 x 8 KiB. 1 MiB leaves room for huge cookies while
+# stopping a peer from making us buffer without end.
+MAX_PARAMS_BYTES = 1 << 20
+
+# Name-value pairs per request: real front ends send 20-60; 4096 allows headers galore.
+MAX_PARAMS_PAIRS = 4096
+
+# Requests one FastCGI connection may have begun and not yet finished sending PARAMS for:
+# front ends use one at a time; a multiplexing peer rarely more than a handful.
+MAX_OPEN_REQUESTS = 1024
+
+# A FastCGI record's content length is 16 bits (spec 3.3).
+MAX_RECORD_CONTENT = 0xFFFF
+
+# Default STDOUT/STDERR record size including the 8-byte header. flup uses 8192 for old
+# mod_fastcgi buffers; nginx and Apache take full records, and 64 KiB records cut the
+# syscalls and headers of a large response eightfold. A subclass may set ``maxwrite`` lower.
+DEFAULT_MAXWRITE = 65536
+
+# recv_into buffer per connection: large enough to take several 64 KiB records per syscall.
+RECV_BUFFER_SIZE = 256 * 1024
+
+# Compact the input stream's buffer only past this many consumed bytes (amortises memmove).
+INPUT_COMPACT_THRESHOLD = 256 * 1024
+
+# Multiplexed FastCGI reads ahead of the app; a request body beyond this many bytes moves from
+# memory to an anonymous temporary file so memory stays flat for a 1 GB upload.
+SPOOL_MEMORY_LIMIT = 1 << 20
+
+# Responses from a list/tuple result are coalesced into one send up to this many bytes; the data
+# is already in memory, so holding it back delays nothing the app could observe.
+COALESCE_LIMIT = 256 * 1024
+
+# Lingering close: after the last response on a non-kept connection, read and discard what the
+# peer still sends (unread body) for at most this long, so it sees FIN and not RST (uwsgi#614).
+LINGER_SECONDS = 5.0
+
+# At most this many iovecs per sendmsg() call (Linux IOV_MAX is 1024).
+MAX_IOVECS = 1024

@@ -1,0 +1,50 @@
+"""Response bytes on the wire: the CGI-style header block (FastCGI and SCGI) and the one
+helper that sends a list of buffers without copying them.
+
+No WSGI logic here (that is gateway.py) and no protocol framing (that is in the codecs).
+"""
+import socket
+
+from flupfast.limits import MAX_IOVECS
+
+
+def build_cgi_head(status, headers):
+    """``Status: <status>\\r\\n`` + ``Name: value\\r\\n``... + ``\\r\\n`` (flup's fcgi_base.py:1124).
+
+    ``status`` and the header names and values are bytes; order and case are kept.
+    """
+    parts = [b'Status: ', status, b'\r\n']
+    for name, value in headers:
+        parts += (name, b': ', value, b'\r\n')
+    parts.append(b'\r\n')
+    return b''.join(parts)
+
+
+def send_buffers(sock, buffers):
+    """Send every buffer in order with as few syscalls as possible (``sendmsg`` gathers up to
+    MAX_IOVECS of them). Partial sends resume where the kernel stopped, by memoryview slicing,
+    never by copying what is left (flup's ``data = data[sent:]`` is quadratic).
+    """
+    sendmsg = sock.sendmsg
+    index = 0
+    count = len(buffers)
+    while index < count:
+        batch = buffers[index:index + MAX_IOVECS]
+        sent = sendmsg(batch)
+        # Skip the buffers sent whole; resume inside a partly sent one.
+        for buf in batch:
+            size = len(buf)
+            if sent >= size:
+                sent -= size
+                index += 1
+                continue
+            if sent:
+                buffers[index] = memoryview(buf)[sent:]
+            break
+
+
+def shutdown_quietly(sock, how=socket.SHUT_WR):
+    try:
+        sock.shutdown(how)
+    except OSError:
+        pass

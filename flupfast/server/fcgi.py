@@ -1,0 +1,42 @@
+"""flup's ``fcgi``: the threaded FastCGI WSGI server.
+
+    from flupfast.server.fcgi import WSGIServer
+    WSGIServer(app, bindAddress=('127.0.0.1', 9000)).run()
+"""
+from flupfast.server.fcgi_base import FCGI_RESPONDER, BaseFCGIServer
+from flupfast.server.threadedserver import ThreadedServer
+
+__all__ = ['WSGIServer']
+
+
+class WSGIServer(BaseFCGIServer, ThreadedServer):
+    """FastCGI server that supports the Web Server Gateway Interface (PEP 3333), each
+    connection served by a thread of a pool (minSpare, maxSpare, maxThreads in ``**kw``).
+    """
+
+    def __init__(self, application, environ=None, multithreaded=True, multiprocess=False,
+                 bindAddress=None, umask=None, multiplexed=False, debug=False,
+                 roles=(FCGI_RESPONDER,), forceCGI=False, **kw):
+        """
+        environ, if present, must be a dictionary-like object. Its contents will be copied
+        into application's environ. Useful for passing application-specific variables.
+
+        bindAddress, if present, must either be a string or a tuple. If present, run() will
+        open its own listening socket: a string is a Unix socket path, a 2-tuple an IPv4
+        (host, port). Otherwise the web server's socket is inherited on fd 0.
+        """
+        BaseFCGIServer.__init__(self, application, environ=environ,
+                                multithreaded=multithreaded, multiprocess=multiprocess,
+                                bindAddress=bindAddress, umask=umask, multiplexed=multiplexed,
+                                debug=debug, roles=roles, forceCGI=forceCGI)
+        kw.pop('jobClass', None)
+        kw.pop('jobArgs', None)
+        ThreadedServer.__init__(self, jobClass=self._connectionClass, jobArgs=(self, None), **kw)
+
+    def run(self):
+        """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
+        received, False otherwise."""
+        try:
+            return self._run_mode(ThreadedServer.run)
+        finally:
+            self.shutdown()

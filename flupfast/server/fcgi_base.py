@@ -1,0 +1,308 @@
+"""flup's ``fcgi_base``: ``BaseFCGIServer`` with its hooks (``handler``, ``error``,
+``_sanitizeEnv``, ``request_class``...), the ``FCGI_*`` constants and the protocol classes users
+subclass or monkeypatch, as thin names over flupfast's codec, connection and gateway.
+
+Only assembly and flup's names here: the logic lives in protocols/, connection.py, gateway.py.
+"""
+import io
+import os
+import sys
+import threading
+
+from flupfast import _impl
+from flupfast import connection as _connection
+from flupfast import gateway
+from flupfast.limits import DEFAULT_MAXWRITE
+from flupfast.protocols.fastcgi import (  # noqa: F401  (flup exports every FCGI_* name)
+    FCGI_ABORT_REQUEST, FCGI_AUTHORIZER, FCGI_BEGIN_REQUEST, FCGI_CANT_MPX_CONN, FCGI_DATA,
+    FCGI_END_REQUEST, FCGI_FILTER, FCGI_GET_VALUES, FCGI_GET_VALUES_RESULT, FCGI_HEADER_LEN,
+    FCGI_KEEP_CONN, FCGI_LISTENSOCK_FILENO, FCGI_MAX_CONNS, FCGI_MAX_REQS, FCGI_MAXTYPE,
+    FCGI_MPXS_CONNS, FCGI_NULL_REQUEST_ID, FCGI_OVERLOADED, FCGI_PARAMS, FCGI_REQUEST_COMPLETE,
+    FCGI_RESPONDER, FCGI_STDERR, FCGI_STDIN, FCGI_STDOUT, FCGI_UNKNOWN_ROLE, FCGI_UNKNOWN_TYPE,
+    FCGI_VERSION_1, decode_params, encode_pair)
+from flupfast.serving.listen import bind_listen_socket, inherited_listen_socket
+
+__all__ = ['BaseFCGIServer']
+
+thread_available = True  # flup falls back to no threads when _thread is missing; CPython has it
+
+# flup's debug switches. flup writes to a fixed file in the temp dir when DEBUG > 0; we never
+# write debug files, so DEBUGLOG is kept only for code that reads the name.
+DEBUG = 0
+DEBUGLOG = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'fcgi.log')
+
+InputStream = _impl.InputStream
+OutputStream = _connection.StdoutStream
+Request = _connection.FastCGIRequest
+TimeoutException = _connection.TimeoutException
+
+
+class Connection(_connection.FastCGIConnection):
+    """A non-multiplexed FastCGI connection (one request at a time; FCGI_CANT_MPX_CONN else)."""
+
+    def __init__(self, sock, addr, server, timeout=None):
+        super().__init__(sock, addr, server, timeout)
+        self.multiplexed = False
+
+
+class MultiplexedConnection(_connection.FastCGIConnection):
+    """A multiplexed FastCGI connection: each request runs in its own thread."""
+
+    def __init__(self, sock, addr, server, timeout=None):
+        super().__init__(sock, addr, server, timeout)
+        self.multiplexed = True
+
+
+def decode_pair(s, pos=0):
+    """Decode the name-value pair at ``pos`` of ``s``; returns ``(new_pos, (name, value))``
+    with bytes name and value, as flup's does."""
+    lengths = []
+    for _ in range(2):
+        first = s[pos]
+        if first & 0x80:
+            lengths.append(int.from_bytes(s[pos:pos + 4], 'big') & 0x7FFFFFFF)
+            pos += 4
+        else:
+            lengths.append(first)
+            pos += 1
+    name_len, value_len = lengths
+    name = bytes(s[pos:pos + name_len])
+    pos += name_len
+    value = bytes(s[pos:pos + value_len])
+    return pos + value_len, (name, value)
+
+
+class TeeOutputStream:
+    """``wsgi.errors`` when the server has its own socket: each write goes to the process's
+    stderr and to FCGI_STDERR. flup's rejects bytes (its text stderr raises); ours takes both.
+    """
+
+    def __init__(self, streamList):
+        self._streamList = streamList
+
+    def write(self, data):
+        for stream in self._streamList:
+            if isinstance(data, bytes) and isinstance(stream, io.TextIOBase):
+                stream.write(data.decode('utf-8', 'replace'))
+            else:
+                stream.write(data)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        for stream in self._streamList:
+            stream.flush()
+
+
+class StdoutWrapper:
+    """The CGI fallback's stdout: bytes to ``sys.stdout.buffer``, unbuffered as flup's."""
+
+    def __init__(self, stdout):
+        self._file = getattr(stdout, 'buffer', stdout)
+        self.dataWritten = False
+
+    def write_parts(self, parts, hold=False):
+        for part in parts:
+            if part:
+                self._file.write(part)
+                self.dataWritten = True
+        self._file.flush()
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('latin-1')
+        self.write_parts((data,))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        self._file.flush()
+
+
+def _stdin_reader(stream, length):
+    """pull() over CGI stdin, bounded by CONTENT_LENGTH (binary: flup's is text, bug 3)."""
+    state = {'left': length}
+
+    def pull():
+        if state['left'] <= 0:
+            return b''
+        chunk = stream.read1(min(state['left'], 65536)) if hasattr(stream, 'read1') \
+            else stream.read(min(state['left'], 65536))
+        state['left'] -= len(chunk)
+        if not chunk:
+            state['left'] = 0
+        return chunk
+    return pull
+
+
+class CGIRequest(Request):
+    """A plain CGI request disguised as a FastCGI request (flup fcgi_base.py:607-629)."""
+
+    def __init__(self, server):
+        self.requestId = 1
+        self.role = FCGI_RESPONDER
+        self.flags = 0
+        self.aborted = False
+        self.keep_conn = False
+        self.server = server
+        self.params = dict(os.environ)
+        try:
+            length = int(self.params.get('CONTENT_LENGTH') or 0)
+        except ValueError:
+            length = 0
+        stdin = getattr(sys.stdin, 'buffer', sys.stdin)
+        self.stdin = _impl.InputStream(_stdin_reader(stdin, length))
+        self.stdout = StdoutWrapper(sys.stdout)
+        self.stderr = sys.stderr
+        self.data = _impl.InputStream(lambda: b'')
+        self._timeout = 0
+
+    def _end(self, appStatus=0, protocolStatus=FCGI_REQUEST_COMPLETE):
+        sys.stdout.flush()
+        sys.exit(appStatus)
+
+
+def _rlimit(name, fallback=100):
+    try:
+        import resource
+        limit = resource.getrlimit(getattr(resource, name))[0]
+    except (ImportError, AttributeError, ValueError, OSError):
+        return fallback
+    # flup can report -1 (RLIM_INFINITY, fcgi_fork.py:110); an unlimited resource is no limit
+    # we can state, so answer a large finite number.
+    return limit if limit >= 0 else 65535
+
+
+class BaseFCGIServer(object):
+    """The FastCGI protocol side of flup's servers; front ends mix in a mode
+    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``).
+    """
+
+    request_class = Request
+    cgirequest_class = CGIRequest
+
+    # Bytes per written record, header included. flup writes 8 KiB records for mod_fastcgi's
+    # small buffers; nginx and Apache take 64 KiB records, 8x fewer headers and syscalls.
+    maxwrite = DEFAULT_MAXWRITE
+
+    # flup's input buffer shrink point; flupfast's stream compacts by its own rule, but the
+    # attribute stays for subclasses that read or set it.
+    inputStreamShrinkThreshold = 102400 - 8192
+
+    def __init__(self, application, environ=None, multithreaded=True, multiprocess=False,
+                 bindAddress=None, umask=None, multiplexed=False, debug=False,
+                 roles=(FCGI_RESPONDER,), forceCGI=False):
+        """
+        bindAddress, if present, must be a string (a Unix socket path) or a tuple: a 2-tuple
+        (host, port) listens on IPv4, a longer one (host, port, flowinfo, scope_id) on IPv6.
+        If present, run() opens its own listening socket (an "external" FastCGI app);
+        otherwise the web server's listening socket is inherited on fd 0, and the app runs as
+        plain CGI when fd 0 is not a socket, when forceCGI is true, or when the environment
+        variable FCGI_FORCE_CGI starts with Y.
+
+        umask, for a Unix socket, is the umask in force while the socket file is created.
+
+        Set multiplexed to True to handle several requests at once on one connection (each
+        in its own thread). nginx and Apache never multiplex, so it is off by default.
+        """
+        if environ is None:
+            environ = {}
+        self.application = application
+        self.environ = environ
+        self.multithreaded = multithreaded
+        self.multiprocess = multiprocess
+        self.multiplexed = multiplexed
+        self.debug = debug
+        self.roles = roles
+        self.forceCGI = forceCGI
+        self._bindAddress = bindAddress
+        self._umask = umask
+        self._web_server_addrs = None
+        # Serialises the app when it is not thread-safe (multithreaded=False).
+        self._appLock = threading.Lock()
+        max_conns = _rlimit('RLIMIT_NOFILE')
+        if multiplexed:
+            self._connectionClass = MultiplexedConnection
+            max_reqs = max_conns * 5  # flup's estimate of requests per connection
+        else:
+            self._connectionClass = Connection
+            max_reqs = max_conns
+        self.capability = {
+            FCGI_MAX_CONNS: max_conns,
+            FCGI_MAX_REQS: max_reqs,
+            FCGI_MPXS_CONNS: 1 if multiplexed else 0,
+        }
+
+    # -- socket ----------------------------------------------------------------------------
+
+    def _setupSocket(self):
+        """The listening socket; in CGI context, serve the one CGI request and exit."""
+        if self._bindAddress is None:
+            force_cgi = self.forceCGI or \
+                os.environ.get('FCGI_FORCE_CGI', 'N').upper().startswith('Y')
+            sock = None if force_cgi else inherited_listen_socket(FCGI_LISTENSOCK_FILENO)
+            if sock is None:
+                # flup's detection crashes here on Python >= 3.8 (socket.fromfd raises ENOTSOCK).
+                req = self.cgirequest_class(self)
+                req.run()
+                sys.exit(0)
+            return sock
+        return bind_listen_socket(self._bindAddress, self._umask)
+
+    def _cleanupSocket(self, sock):
+        """Closes the main socket."""
+        sock.close()
+
+    def _isClientAllowed(self, addr):
+        # FCGI_WEB_SERVER_ADDRS (spec 3.2): only the listed IPv4 peers; with the variable set,
+        # Unix-socket and IPv6 peers are refused, as flup does.
+        return self._web_server_addrs is None or \
+            (isinstance(addr, tuple) and len(addr) == 2 and addr[0] in self._web_server_addrs)
+
+    def _run_mode(self, mode_run):
+        """flup's front-end ``run()``, once for the three modes: read FCGI_WEB_SERVER_ADDRS,
+        set up the socket, run the mode, close the socket; returns the mode's result."""
+        addrs = os.environ.get('FCGI_WEB_SERVER_ADDRS')
+        self._web_server_addrs = None if addrs is None else [a.strip() for a in addrs.split(',')]
+        sock = self._setupSocket()
+        try:
+            return mode_run(self, sock)
+        finally:
+            self._cleanupSocket(sock)
+
+    # -- WSGI ------------------------------------------------------------------------------
+
+    def handler(self, req):
+        """Run the WSGI app for ``req``; returns ``(protocolStatus, appStatus)``."""
+        if req.role not in self.roles:
+            return FCGI_UNKNOWN_ROLE, 0
+        is_cgi = isinstance(req, CGIRequest)
+        if self._bindAddress is None:
+            stderr = req.stderr
+        else:
+            stderr = TeeOutputStream((sys.stderr, req.stderr))
+        environ = gateway.build_environ(
+            req.params, self.environ, req.stdin, stderr,
+            multithread=not is_cgi and self.multithreaded,
+            multiprocess=is_cgi or self.multiprocess,
+            run_once=is_cgi)
+        self._sanitizeEnv(environ)
+        gateway.run_application(self.application, environ, _connection.CGIResponder(req.stdout),
+                                None if self.multithreaded else self._appLock)
+        return FCGI_REQUEST_COMPLETE, 0
+
+    def _sanitizeEnv(self, environ):
+        """Ensure certain values are present, if required by WSGI."""
+        gateway.sanitize_cgi_environ(environ, self.__class__.__name__)
+
+    def error(self, req):
+        """Called by Request if an exception occurs within the handler. May and should be
+        overridden. Writes the 500 page (with ``debug``, a traceback page).
+        """
+        req.stdout.write(b'Status: 500 Internal Server Error\r\n'
+                         b'Content-Type: text/html\r\n\r\n'
+                         + gateway.error_page(self.debug, sys.exc_info()))

@@ -1,0 +1,60 @@
+"""Shared fixtures: the ``backend`` fixture runs a test on the pure-Python twins and on the
+compiled ones (skipped when not built, a failure when FLUPFAST_SPEEDUPS=1 or under CI).
+"""
+import os
+import types
+
+import pytest
+
+import flupfast
+from flupfast import body, protocols
+from flupfast.protocols import fastcgi
+
+PURE = types.SimpleNamespace(
+    name='py',
+    FastCGIParser=fastcgi.FastCGIParser,
+    frame_stdout=fastcgi.frame_stdout,
+    InputStream=body.InputStream,
+)
+
+
+def _compiled():
+    try:
+        from flupfast import _speedups
+    except ImportError as exc:
+        return None, str(exc)
+    return types.SimpleNamespace(
+        name='cy',
+        FastCGIParser=_speedups.FastCGIParser,
+        frame_stdout=_speedups.frame_stdout,
+        InputStream=_speedups.InputStream,
+    ), None
+
+
+COMPILED, COMPILED_ERROR = _compiled()
+
+
+def compiled_required():
+    return os.environ.get('FLUPFAST_SPEEDUPS', 'auto') in ('1', 'require') or bool(
+        os.environ.get('CI'))
+
+
+def pytest_report_header(config):
+    return 'flupfast backend: %s (compiled twins: %s)' % (
+        flupfast.BACKEND, 'built' if COMPILED else 'missing: %s' % COMPILED_ERROR)
+
+
+@pytest.fixture(params=['py', 'cy'])
+def backend(request):
+    """The codec and stream classes of one backend."""
+    if request.param == 'py':
+        return PURE
+    if COMPILED is None:
+        if compiled_required():
+            pytest.fail('the compiled backend is required but does not import: %s'
+                        % COMPILED_ERROR)
+        pytest.skip('flupfast._speedups is not built')
+    return COMPILED
+
+
+assert protocols  # the package must import without the compiled module

@@ -1,0 +1,182 @@
+"""FastCGI codec: every case fed whole, one byte at a time and with trailing bytes, on both
+backends; malformed input raises FastCGIError and nothing else."""
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flupfast.protocols import fastcgi as f
+from flupfast.protocols.errors import FastCGIError, ProtocolError
+
+PARAMS = [('REQUEST_METHOD', 'GET'), ('REQUEST_URI', '/caf\xe9?x=1'),
+          ('HTTP_COOKIE', 'c' * 300), ('EMPTY', ''), ('N' * 200, 'v' * 70000)]
+
+
+def feed_whole(parser, data):
+    return parser.feed(data)
+
+
+def feed_bytewise(parser, data):
+    events = []
+    for i in range(len(data)):
+        events += parser.feed(data[i:i + 1])
+    return events
+
+
+def feed_with_trailing(parser, data):
+    # A partial next record behind the data: it must stay pending, emitting nothing.
+    events = parser.feed(data + f.encode_record(f.FCGI_STDIN, 1, b'xyz')[:5])
+    assert parser.pending == 5
+    return events
+
+
+FEEDERS = [feed_whole, feed_bytewise, feed_with_trailing]
+
+
+def request_bytes(params=PARAMS, body=b'hello\nworld', split_params_at=150, flags=1):
+    encoded = f.encode_params(params)
+    return (f.encode_begin_request(1, f.FCGI_RESPONDER, flags)
+            + f.encode_record(f.FCGI_PARAMS, 1, encoded[:split_params_at])
+            + f.encode_stream(f.FCGI_PARAMS, 1, encoded[split_params_at:])
+            + f.encode_stream(f.FCGI_STDIN, 1, body))
+
+
+@pytest.mark.parametrize('feed', FEEDERS)
+def test_request_events(backend, feed):
+    events = feed(backend.FastCGIParser(), request_bytes())
+    assert events[0] == (f.FCGI_BEGIN_REQUEST, 1, (f.FCGI_RESPONDER, 1))
+    assert events[1] == (f.FCGI_PARAMS, 1, dict(PARAMS))
+    stdin = [e for e in events if e[0] == f.FCGI_STDIN]
+    assert b''.join(e[2] for e in stdin) == b'hello\nworld'
+    assert stdin[-1] == (f.FCGI_STDIN, 1, b'')
+
+
+@pytest.mark.parametrize('feed', FEEDERS)
+def test_pair_straddling_records(backend, feed):
+    # flup decodes each PARAMS record alone and mangles this (peers-and-protocols 1.5.4).
+    encoded = f.encode_params([('HTTP_COOKIE', 'k' * 300), ('A', 'b')])
+    data = f.encode_begin_request(1) + b''.join(
+        f.encode_record(f.FCGI_PARAMS, 1, encoded[i:i + 7]) for i in range(0, len(encoded), 7))
+    data += f.encode_record(f.FCGI_PARAMS, 1)
+    events = feed(backend.FastCGIParser(), data)
+    assert events[-1] == (f.FCGI_PARAMS, 1, {'HTTP_COOKIE': 'k' * 300, 'A': 'b'})
+
+
+def test_padding_skipped_and_many_records_per_chunk(backend):
+    # Padding of 7 on every record; several records in one feed.
+    def padded(kind, rid, content, pad=7):
+        return struct.pack('!BBHHBx', 1, kind, rid, len(content), pad) + content + b'\0' * pad
+    data = (padded(f.FCGI_BEGIN_REQUEST, 3, struct.pack('!HB5x', 1, 0))
+            + padded(f.FCGI_PARAMS, 3, f.encode_params([('A', 'B')]))
+            + padded(f.FCGI_PARAMS, 3, b'') + padded(f.FCGI_STDIN, 3, b'abc')
+            + padded(f.FCGI_STDIN, 3, b''))
+    assert backend.FastCGIParser().feed(data) == [
+        (f.FCGI_BEGIN_REQUEST, 3, (1, 0)), (f.FCGI_PARAMS, 3, {'A': 'B'}),
+        (f.FCGI_STDIN, 3, b'abc'), (f.FCGI_STDIN, 3, b'')]
+
+
+def test_management_and_unknown_records(backend):
+    data = (f.encode_record(f.FCGI_GET_VALUES, 0, f.encode_params(
+        [('FCGI_MAX_CONNS', ''), ('FCGI_MPXS_CONNS', '')]))
+        + f.encode_record(42, 0, b'junk') + f.encode_record(f.FCGI_ABORT_REQUEST, 1))
+    assert backend.FastCGIParser().feed(data) == [
+        (f.FCGI_GET_VALUES, 0, ['FCGI_MAX_CONNS', 'FCGI_MPXS_CONNS']),
+        (42, 0, b'junk'), (f.FCGI_ABORT_REQUEST, 1, None)]
+
+
+def test_params_for_requests_never_begun_are_ignored(backend):
+    data = f.encode_stream(f.FCGI_PARAMS, 9, f.encode_params([('A', 'B')]))
+    assert backend.FastCGIParser().feed(data) == []
+
+
+def test_latin1_values_roundtrip(backend):
+    raw = bytes(range(256))
+    data = (f.encode_begin_request(1) + f.encode_stream(
+        f.FCGI_PARAMS, 1, f.encode_pair(b'RAW', raw)))
+    (_, (_, _, params)) = backend.FastCGIParser().feed(data)
+    assert params['RAW'].encode('latin-1') == raw
+
+
+@pytest.mark.parametrize('data, message', [
+    (b'\x02' + f.encode_record(f.FCGI_STDIN, 1, b'x')[1:], 'version'),
+    (f.encode_record(f.FCGI_BEGIN_REQUEST, 1, b'\0\1'), 'BEGIN_REQUEST'),
+    (f.encode_begin_request(1) + f.encode_stream(f.FCGI_PARAMS, 1, b'\x05\x05abc'),
+     'past the end'),
+    (f.encode_begin_request(1) + f.encode_stream(f.FCGI_PARAMS, 1, b'\x85\x00'),
+     'truncated'),
+])
+def test_malformed_input_raises_protocol_error(backend, data, message):
+    with pytest.raises(FastCGIError, match=message):
+        backend.FastCGIParser().feed(data)
+
+
+def test_params_caps(backend):
+    parser = backend.FastCGIParser(max_params_bytes=1000, max_params_pairs=10)
+    big = f.encode_params([('A', 'x' * 2000)])
+    with pytest.raises(FastCGIError, match='exceed'):
+        parser.feed(f.encode_begin_request(1) + f.encode_stream(f.FCGI_PARAMS, 1, big))
+    parser = backend.FastCGIParser(max_params_bytes=1000, max_params_pairs=10)
+    many = f.encode_params([('K%d' % i, '') for i in range(11)])
+    with pytest.raises(FastCGIError, match='pairs'):
+        parser.feed(f.encode_begin_request(1) + f.encode_stream(f.FCGI_PARAMS, 1, many))
+
+
+@pytest.mark.parametrize('size', [0, 1, 7, 8, 65528, 65529, 200000])
+@pytest.mark.parametrize('max_content', [8184, 65528])
+def test_frame_stdout_roundtrip(backend, size, max_content):
+    payload = bytes(i % 251 for i in range(size))
+    buffers = backend.frame_stdout(5, payload, max_content)
+    wire = b''.join(bytes(b) for b in buffers)
+    assert len(wire) % 8 == 0
+    events = f.FastCGIParser().feed(wire)
+    assert all(e[0] == f.FCGI_STDOUT and e[1] == 5 for e in events)
+    assert all(0 < len(e[2]) <= max_content for e in events)
+    assert b''.join(e[2] for e in events) == payload
+
+
+def test_frame_stdout_does_not_copy_payload(backend):
+    payload = bytearray(b'x' * 100000)
+    buffers = backend.frame_stdout(1, payload, 65528)
+    views = [b for b in buffers if isinstance(b, memoryview)]
+    assert sum(len(v) for v in views) == len(payload)
+    assert all(v.obj is payload for v in views)
+
+
+def test_frame_stderr_type(backend):
+    wire = b''.join(bytes(b) for b in backend.frame_stdout(1, b'err', 65528, f.FCGI_STDERR))
+    assert f.FastCGIParser().feed(wire) == [(f.FCGI_STDERR, 1, b'err')]
+
+
+def test_encoders():
+    assert f.encode_end_request(1, 0, f.FCGI_CANT_MPX_CONN) == \
+        b'\x01\x03\x00\x01\x00\x08\x00\x00' + b'\0\0\0\0\x01\0\0\0'
+    assert f.encode_unknown_type(42) == b'\x01\x0b\x00\x00\x00\x08\x00\x00' + b'\x2a' + b'\0' * 7
+    body = f.encode_get_values_result({'FCGI_MPXS_CONNS': 0})[8:]
+    assert f.decode_params(body.rstrip(b'\0')) == {'FCGI_MPXS_CONNS': '0'}
+    assert f.encode_pair('a' * 200, 'b') == b'\x80\x00\x00\xc8\x01' + b'a' * 200 + b'b'
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=300), cut=st.integers(min_value=0, max_value=300))
+def test_any_bytes_parse_or_raise_protocol_error_and_twins_agree(data, cut):
+    """Any input either parses or raises ProtocolError; chunking never changes the events;
+    the compiled twin (when built) agrees event for event."""
+    from tests.conftest import COMPILED
+    parsers = [f.FastCGIParser] + ([COMPILED.FastCGIParser] if COMPILED else [])
+    outcomes = []
+    for cls in parsers:
+        for chunks in ([data], [data[:cut], data[cut:]]):
+            parser = cls()
+            events = []
+            try:
+                for chunk in chunks:
+                    events += parser.feed(chunk)
+                outcomes.append(('ok', events))
+            except ProtocolError as exc:
+                outcomes.append(('error', type(exc)))
+    # Events produced before an error may differ by chunking; compare whole outcomes only
+    # when every run succeeded, otherwise every run must have failed the same way.
+    kinds = {o[0] for o in outcomes}
+    assert len(kinds) == 1, outcomes
+    assert all(o == outcomes[0] for o in outcomes)
