@@ -1,0 +1,131 @@
+"""``python -m flupfast``: serve a WSGI app (``module:callable``), or the built-in demo, over
+FastCGI, in the thread, fork or single mode of the flup-compatible servers.
+
+With no ``--bind`` it serves the listening socket inherited on fd 0 (mod_fcgid, lighttpd
+``bin-path``, spawn-fcgi) and falls back to one CGI request when fd 0 is not a socket.
+SIGHUP re-executes the command (a reload); SIGINT and SIGTERM stop it.
+"""
+import argparse
+import html
+import importlib
+import logging
+import os
+import sys
+
+import flupfast
+
+MODES = {
+    'thread': 'flupfast.server.fcgi',
+    'fork': 'flupfast.server.fcgi_fork',
+    'single': 'flupfast.server.fcgi_single',
+}
+
+
+def demo_app(environ, start_response):
+    """The demo: a hello page at /, and the WSGI environ at /environ."""
+    path = environ.get('PATH_INFO', '')
+    if path.rstrip('/').endswith('/environ'):
+        rows = ''.join('<tr><th>%s</th><td><code>%s</code></td></tr>\n'
+                       % (html.escape(key), html.escape(repr(value)))
+                       for key, value in sorted(environ.items()))
+        body = ('<!DOCTYPE html>\n<html><head><title>flupfast environ</title></head><body>\n'
+                '<h1>WSGI environ</h1>\n<table>\n%s</table>\n</body></html>\n' % rows)
+    else:
+        body = ('<!DOCTYPE html>\n<html><head><title>flupfast</title></head><body>\n'
+                '<h1>Hello from flupfast %s</h1>\n<p>Backend: %s. Python %s. '
+                '<a href="%s/environ">See the environ</a>.</p>\n</body></html>\n'
+                % (flupfast.__version__, flupfast.BACKEND, sys.version.split()[0],
+                   html.escape(environ.get('SCRIPT_NAME', ''))))
+    data = body.encode('utf-8')
+    start_response('200 OK', [('Content-Type', 'text/html; charset=utf-8')])
+    return [data]
+
+
+def load_app(spec):
+    """``package.module:callable`` (``:application`` when the callable is left out)."""
+    module_name, _, attr = spec.partition(':')
+    module = importlib.import_module(module_name)
+    app = module
+    for part in (attr or 'application').split('.'):
+        app = getattr(app, part)
+    return app
+
+
+def parse_bind(value):
+    """``unix:/path`` or a path with a slash -> Unix socket; ``host:port`` -> IPv4;
+    ``[v6addr]:port`` -> IPv6; ``:port`` -> all IPv4 interfaces."""
+    if value.startswith('unix:'):
+        return value[5:]
+    if '/' in value:
+        return value
+    if value.startswith('['):
+        host, _, port = value[1:].partition(']:')
+        return (host, int(port), 0, 0)
+    host, _, port = value.rpartition(':')
+    if not port.isdigit():
+        raise argparse.ArgumentTypeError('expected host:port, [v6]:port or unix:/path, not %r'
+                                         % value)
+    return (host, int(port))
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog='python -m flupfast', description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('app', nargs='?', help='the WSGI app as module:callable '
+                        '(default: the built-in demo)')
+    parser.add_argument('--mode', choices=sorted(MODES), default='thread',
+                        help='thread pool, prefork children, or one at a time (default thread)')
+    parser.add_argument('--bind', type=parse_bind, default=None,
+                        help='host:port, [v6]:port or unix:/path (default: the socket on fd 0)')
+    parser.add_argument('--umask', type=lambda v: int(v, 8), default=None,
+                        help='umask (octal) while creating a Unix socket')
+    parser.add_argument('--min-spare', type=int, help='minimum idle threads/children')
+    parser.add_argument('--max-spare', type=int, help='maximum idle threads/children')
+    parser.add_argument('--max-threads', type=int, help='thread mode: most threads')
+    parser.add_argument('--max-children', type=int, help='fork mode: most children')
+    parser.add_argument('--max-requests', type=int,
+                        help='fork mode: requests a child serves before it is replaced')
+    parser.add_argument('--timeout', type=int, help='fork mode: seconds a request may take')
+    parser.add_argument('--multiplexed', action='store_true',
+                        help='serve several requests per connection at once')
+    parser.add_argument('--debug', action='store_true', help='show tracebacks on error pages')
+    parser.add_argument('--log-level', default='INFO', help='logging level (default INFO)')
+    return parser
+
+
+def server_kwargs(args):
+    kwargs = {'bindAddress': args.bind, 'umask': args.umask, 'debug': args.debug,
+              'multiplexed': args.multiplexed}
+    options = {'minSpare': args.min_spare, 'maxSpare': args.max_spare}
+    if args.mode == 'thread':
+        options['maxThreads'] = args.max_threads
+    elif args.mode == 'fork':
+        options.update(maxChildren=args.max_children, maxRequests=args.max_requests,
+                       timeout=args.timeout)
+    kwargs.update((key, value) for key, value in options.items() if value is not None)
+    return kwargs
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format='%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s')
+    app = load_app(args.app) if args.app else demo_app
+    module = importlib.import_module(MODES[args.mode])
+    server = module.WSGIServer(app, **server_kwargs(args))
+    logging.getLogger('flupfast').info(
+        'flupfast %s serving %s over FastCGI (%s mode, %s backend) on %s',
+        flupfast.__version__, args.app or 'the demo app', args.mode, flupfast.BACKEND,
+        args.bind if args.bind is not None else 'fd 0')
+    if server.run():
+        # SIGHUP: start afresh with the same command line (flup leaves this to the caller).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        rest = sys.argv[1:] if argv is None else list(argv)
+        os.execv(sys.executable, [sys.executable, '-m', 'flupfast'] + rest)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
