@@ -1,0 +1,132 @@
+"""flup-compatible ``flup.server.singleserver``: SingleServer, plus the flup hooks and flags
+the three mode facades share (``_ModeFacade``).
+
+A thin adapter over flupfast.serving (the loop, the signal policy); it only maps flup's
+camelCase hooks and attributes onto them. No serving logic here.
+"""
+import signal
+
+from flupfast.serving.single import SingleMode
+
+__all__ = ['SingleServer']
+
+
+class _ModeFacade(object):
+    """flup's de-facto mode API (inventory 1.5) over a ``flupfast.serving`` mode object.
+
+    The flags live in the mode, so a subclass's ``_hupHandler``/``_intHandler`` that sets
+    ``self._keepGoing = False`` stops the loop (and wakes it) exactly as flup's did.
+    """
+
+    _servingMode = None  # set by the concrete facade's __init__
+
+    # -- flags ---------------------------------------------------------------------------------
+
+    @property
+    def _keepGoing(self):
+        return self._servingMode.keep_going
+
+    @_keepGoing.setter
+    def _keepGoing(self, value):
+        mode = self._servingMode
+        mode.keep_going = value
+        if not value:
+            mode.signals.wake()  # the loop may be waiting; safe from a handler or a thread
+
+    @property
+    def _hupReceived(self):
+        return self._servingMode.reload_requested
+
+    @_hupReceived.setter
+    def _hupReceived(self, value):
+        self._servingMode.reload_requested = value
+
+    @property
+    def _jobClass(self):
+        return self._servingMode.job_class
+
+    @_jobClass.setter
+    def _jobClass(self, value):
+        self._servingMode.job_class = value
+
+    @property
+    def _jobArgs(self):
+        return self._servingMode.job_args
+
+    @_jobArgs.setter
+    def _jobArgs(self, value):
+        self._servingMode.job_args = tuple(value)
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def _hookArgs(self):
+        """The front end's hooks, looked up at call time so later overrides count."""
+        return {'is_client_allowed': lambda addr: self._isClientAllowed(addr)}
+
+    def _runMode(self, *args):
+        """flup's run() shape: reset flags, install handlers, loop, restore handlers."""
+        mode = self._servingMode
+        mode.reset()
+        self._installSignalHandlers()
+        try:
+            return mode.serve(*args)
+        finally:
+            self._restoreSignalHandlers()
+
+    def _isClientAllowed(self, addr):
+        """Override to provide access control."""
+        return True
+
+    # Signal handlers: they only set flags; the loop acts.
+
+    def _hupHandler(self, signum, frame):
+        self._hupReceived = True
+        self._keepGoing = False
+
+    def _intHandler(self, signum, frame):
+        self._keepGoing = False
+
+    def _signalHandlers(self):
+        handlers = {signal.SIGINT: self._intHandler, signal.SIGTERM: self._intHandler}
+        if hasattr(signal, 'SIGHUP'):
+            handlers[signal.SIGHUP] = self._hupHandler
+        return handlers
+
+    def _installSignalHandlers(self):
+        """Install the handlers, saving the previous ones. Outside the main thread nothing is
+        installed (flup raises there); stop the server with ``_exit()`` instead."""
+        self._servingMode.signals.install(self._signalHandlers())
+
+    def _restoreSignalHandlers(self):
+        """Restores the handlers that were in place before run()."""
+        self._servingMode.signals.restore()
+
+
+class SingleServer(_ModeFacade):
+    """Serves one connection at a time, in the thread that calls run()."""
+
+    def __init__(self, jobClass=None, jobArgs=(), **kw):
+        # flup ignores unknown keyword arguments here (inventory 1.4); so do we.
+        hooks = self._hookArgs()
+        hooks['periodic'] = lambda: self._mainloopPeriodic()
+        self._servingMode = SingleMode(jobClass, jobArgs, **hooks)
+
+    def run(self, sock, timeout=1.0):
+        """
+        The main loop. Pass a socket that is ready to accept() client connections. Returns
+        True if the loop was exited because of SIGHUP, False otherwise.
+        """
+        return self._runMode(sock, timeout)
+
+    def _mainloopPeriodic(self):
+        """
+        Called after (nearly) every iteration of the main loop. Meant to be overridden.
+        """
+        pass
+
+    def _exit(self, reload=False):
+        """
+        Protected convenience method for subclasses to force an exit. Safe from any thread
+        (flup's was not).
+        """
+        self._servingMode.stop(reload)

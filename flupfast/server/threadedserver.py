@@ -1,0 +1,47 @@
+"""flup-compatible ``flup.server.threadedserver``: ThreadedServer with flup's names and hooks.
+
+A thin adapter over flupfast.serving.threaded (accept loop, pool hand-off, bounded shutdown);
+it maps flup's camelCase hooks and attributes only. No serving logic here.
+"""
+from flupfast.serving.threaded import ThreadedMode
+from flupfast.server.singleserver import _ModeFacade
+from flupfast.server.threadpool import ThreadPool
+
+__all__ = ['ThreadedServer']
+
+
+class ThreadedServer(_ModeFacade):
+    """Accepts connections in the thread that calls run() and serves each in a thread of a
+    ThreadPool; extra keyword arguments (minSpare, maxSpare, maxThreads) go to the pool, which
+    starts its threads here, at construction, as flup's does."""
+
+    def __init__(self, jobClass=None, jobArgs=(), **kw):
+        self._threadPool = ThreadPool(**kw)  # unknown keywords raise TypeError, as flup
+        hooks = self._hookArgs()
+        hooks['periodic'] = lambda: self._mainloopPeriodic()
+        self._servingMode = ThreadedMode(jobClass, jobArgs, pool=self._threadPool, **hooks)
+
+    def run(self, sock, timeout=1.0):
+        """
+        The main loop. Pass a socket that is ready to accept() client connections. Returns
+        True if the loop was exited because of SIGHUP, False otherwise.
+        """
+        return self._runMode(sock, timeout)
+
+    def shutdown(self):
+        """Stop the loop if it is still running and wait for running jobs to finish, for a
+        few seconds at most (flup waits forever for kept-alive connections)."""
+        self._servingMode.shutdown()
+
+    def _mainloopPeriodic(self):
+        """
+        Called after (nearly) every iteration of the main loop. Meant to be overridden.
+        """
+        pass
+
+    def _exit(self, reload=False):
+        """
+        Protected convenience method for subclasses to force an exit. Safe from any thread
+        (flup's was not).
+        """
+        self._servingMode.stop(reload)

@@ -1,0 +1,462 @@
+"""The prefork mode: a parent keeps a pool of forked children that accept and run jobs.
+
+Owns the pool policy (a pure function), spawning, status tracking, retiring, reaping and the
+bounded shutdown, plus the child's accept -> serve -> report loop. It must not know the
+protocol, let the parent run jobs, or leave a child unreaped.
+"""
+import errno
+import logging
+import os
+import random
+import select
+import selectors
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+from flupfast.serving.listen import (
+    ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
+from flupfast.serving.signals import LoopControl
+
+__all__ = [
+    "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "SHUTDOWN_GRACE",
+    "TERM_GRACE", "ChildRecord", "PoolChange", "PoolLimits", "PreforkMode",
+    "decide_pool_change", "notify_parent", "serve_child",
+]
+
+logger = logging.getLogger("flupfast")
+
+# Status bytes a child sends its parent (flup preforkserver.py:414, :426). They are bytes: flup
+# compared them with str, so every child looked idle and the pool never grew (flup bug 5).
+STATUS_BUSY = b"\x00"
+STATUS_IDLE = b"\xff"
+
+# Child states, as the parent sees them.
+IDLE = "idle"        # waiting for a connection
+BUSY = "busy"        # running a job
+EXITING = "exiting"  # told to go, or seen to go (EOF); still a process until reaped
+
+# The parent wakes at least this often even with nothing to do: a safety net for reaping and
+# for flags set from another thread (signals and child events wake it at once).
+PARENT_TICK = 1.0
+# On shutdown, busy children get SIGINT and this long to finish their request (flup's 10 s
+# alarm, which never fired: bug 8) before SIGTERM ...
+SHUTDOWN_GRACE = 10.0
+# ... and SIGTERM this long before SIGKILL (a child may have its own SIGTERM handler).
+TERM_GRACE = 2.0
+# After SIGKILL, how long to wait for the kernel to let us reap the last children.
+KILL_WAIT = 5.0
+# Poll interval while waiting for children to exit (SIGCHLD usually wakes us sooner).
+REAP_POLL = 0.05
+# Pause after fork() fails for lack of resources before the loop tries again.
+SPAWN_BACKOFF = 1.0
+# Pause after accept() fails for lack of fds/memory in a child (see single.ACCEPT_BACKOFF).
+ACCEPT_BACKOFF = 0.1
+
+# Sends to the parent must not raise SIGPIPE if the process has it at its default action.
+_SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+
+
+# -- the pool policy: a pure function ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """flup's minSpare/maxSpare/maxChildren, already validated and normalised."""
+    min_spare: int = 1
+    max_spare: int = 5
+    max_children: int = 50
+
+    def __post_init__(self):
+        if self.min_spare < 1:
+            raise ValueError("min_spare must be at least 1")
+        if self.max_spare < self.min_spare:
+            raise ValueError("max_spare must be greater than or equal to min_spare")
+        if self.max_children < self.max_spare:
+            raise ValueError("max_children must be greater than or equal to max_spare")
+
+
+@dataclass(frozen=True)
+class PoolChange:
+    """What the parent should do now: fork ``spawn`` children, retire the idle ``retire`` pids."""
+    spawn: int = 0
+    retire: tuple = ()
+
+
+def decide_pool_change(states, limits):
+    """Decide spawns and retirements from ``states`` ({pid: IDLE | BUSY | EXITING}).
+
+    flup's rules (preforkserver.py:145-146, :210-229), with child states that work:
+    * keep at least ``max_spare`` children in all (flup's "optimistic absolute minimum") and at
+      least ``min_spare`` idle ones, never more than ``max_children`` in all (exiting children
+      count until reaped: they are still processes);
+    * with more than ``max_spare`` idle children, retire the extras, highest pids first.
+    """
+    total = len(states)
+    idle = sorted(pid for pid, state in states.items() if state == IDLE)
+    if len(idle) > limits.max_spare:
+        return PoolChange(retire=tuple(idle[limits.max_spare:]))
+    wanted = max(limits.max_spare - total, limits.min_spare - len(idle), 0)
+    return PoolChange(spawn=max(0, min(wanted, limits.max_children - total)))
+
+
+# -- the child side ---------------------------------------------------------------------------
+
+def notify_parent(parent_sock, status):
+    """Send a status byte to the parent. Returns False when the parent is gone (EPIPE)."""
+    while True:
+        try:
+            parent_sock.send(status, _SEND_FLAGS)
+            return True
+        except BlockingIOError:
+            # The parent is behind on reading; wait until it catches up (flup :364-366).
+            poller = select.poll()
+            poller.register(parent_sock, select.POLLOUT)
+            poller.poll()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+
+
+def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed,
+                max_requests=0, client_timeout=None):
+    """The child's loop: wait for a connection or word from the parent, accept, check the
+    allow-list, report busy, run the job, count its requests, report idle.
+
+    Returns when the parent closes its end (retire or shutdown), when the parent is gone, or
+    after ``max_requests`` requests (if positive). Requests are counted, not connections: flup
+    counts connections, so a kept-alive FastCGI connection served any number of requests. A
+    job whose class has a ``max_requests`` attribute is told how many requests it may still
+    serve (None: unlimited); ``job.run()`` returns the number served (None means 1).
+    ``client_timeout`` becomes the accepted socket's timeout (None: blocking).
+
+    Every input is explicit and per-iteration work is kept small: this is the hot loop, and
+    it is the one the compiled twin reimplements.
+    """
+    poller = select.poll()
+    poller.register(listen_sock, select.POLLIN)
+    poller.register(parent_sock, select.POLLIN)
+    parent_fd = parent_sock.fileno()
+    accept = listen_sock.accept
+    tcp = is_tcp(listen_sock)
+    left = max_requests if max_requests > 0 else None
+    while True:
+        for fd, _ in poller.poll():
+            if fd == parent_fd:
+                # Any activity from the parent (EOF) means: exit (flup :390-395).
+                return
+        try:
+            client, addr = accept()
+        except ACCEPT_RETRY_ERRORS:
+            continue  # another child won the race for this connection (flup :400-403)
+        except OSError as exc:
+            if exc.errno not in ACCEPT_EXHAUSTION_ERRNOS:
+                raise
+            logger.error("accept() failed in child %d: %s", os.getpid(), exc)
+            time.sleep(ACCEPT_BACKOFF)
+            continue
+        # Normalise blocking mode: the listening socket is non-blocking, and whether the
+        # accepted socket inherits that is OS-dependent.
+        client.settimeout(client_timeout)
+        if tcp:
+            set_nodelay(client)
+        # Checked before reporting busy, as flup (:409-411).
+        if not is_client_allowed(addr):
+            client.close()
+            continue
+        notify_parent(parent_sock, STATUS_BUSY)
+        job = job_class(client, addr, *job_args)
+        if hasattr(job, "max_requests"):
+            job.max_requests = left
+        try:
+            served = job.run()
+        except Exception:
+            logger.exception("unhandled exception in job %r", job)
+            client.close()
+            served = None
+        if left is not None:
+            left -= 1 if served is None else served
+            if left <= 0:
+                return  # retire; the parent sees EOF and replaces us
+        if not notify_parent(parent_sock, STATUS_IDLE):
+            return  # parent gone
+
+
+# -- the parent side --------------------------------------------------------------------------
+
+class ChildRecord:
+    """The parent's view of one child: its end of the status socketpair and its state."""
+    __slots__ = ("pid", "sock", "state")
+
+    def __init__(self, pid, sock, state=IDLE):
+        self.pid = pid
+        self.sock = sock
+        self.state = state
+
+    def __repr__(self):
+        return "<ChildRecord pid=%d %s>" % (self.pid, self.state)
+
+
+class PreforkMode(LoopControl):
+    """A preforked pool in the manner of Apache httpd: at least ``min_spare`` idle children,
+    at most ``max_children`` in all, idle ones above ``max_spare`` retired. A child retires
+    after ``max_requests`` requests if that is positive.
+
+    ``sock_timeout``: 0 (default) leaves accepted sockets blocking; above 0 it is their timeout
+    in seconds (flup's made the listening socket blocking instead: bug 9). The listening socket
+    is always made non-blocking: the children share it and race for each connection.
+
+    Hooks: ``is_client_allowed(addr)`` (checked in the child after accept), ``child_main(sock,
+    parent_sock)`` (the child's loop; default ``self._child``), ``restore_signals()`` (run in
+    each child; default restores the handlers saved by ``install_signals``).
+
+    Like flup's, ``run()`` in a child ends with ``SystemExit(0)``: code after ``run()`` does
+    not run in children, ``finally`` blocks around it do (flup bug 37, kept on purpose).
+    """
+
+    def __init__(self, job_class, job_args=(), *, min_spare=1, max_spare=5, max_children=50,
+                 max_requests=0, sock_timeout=0, is_client_allowed=None, child_main=None,
+                 restore_signals=None):
+        super().__init__()
+        self.limits = PoolLimits(min_spare, max_spare, max(max_spare, max_children))
+        if type(sock_timeout) not in (int, float) or sock_timeout < 0:
+            raise ValueError("sock_timeout must be an int or float >= 0")
+        self.job_class = job_class
+        self.job_args = tuple(job_args)
+        self.max_requests = max_requests
+        self.sock_timeout = sock_timeout
+        self.is_client_allowed = is_client_allowed or (lambda addr: True)
+        self.child_main = child_main or self._child
+        self.restore_child_signals = restore_signals or self.restore_signals
+        self.children = {}           # pid -> ChildRecord
+        self.purge_requested = False
+        self._purge_pids = set()     # children to replace once idle (SIGUSR1)
+        self._selector = None
+        self._in_child = False
+        self._spawn_blocked_until = 0.0
+
+    # -- signals: the handlers only set flags ------------------------------------------------
+
+    def on_purge_signal(self, signum, frame):
+        self.purge_requested = True
+
+    def on_child_signal(self, signum, frame):
+        pass  # the wakeup byte already ended the wait; the loop reaps
+
+    def default_handlers(self):
+        handlers = super().default_handlers()
+        handlers[signal.SIGUSR1] = self.on_purge_signal
+        handlers[signal.SIGCHLD] = self.on_child_signal
+        return handlers
+
+    def request_purge(self):
+        """Replace every current child, each once it is idle (SIGUSR1); any thread."""
+        self.purge_requested = True
+        self.signals.wake()
+
+    # -- the parent loop ---------------------------------------------------------------------
+
+    def run(self, sock):
+        """Install the default handlers, run the pool until stopped, restore them. Returns True
+        when stopped by SIGHUP (or ``stop(reload=True)``)."""
+        self.reset()
+        self.install_signals()
+        try:
+            return self.serve(sock)
+        finally:
+            self.restore_signals()
+
+    def serve(self, sock):
+        """The parent loop alone (handlers are the caller's business)."""
+        sock.setblocking(False)
+        set_cloexec(sock)
+        signals = self.signals
+        signals.open()
+        self._in_child = False
+        self._selector = selector = selectors.DefaultSelector()
+        try:
+            selector.register(signals, selectors.EVENT_READ, None)
+            while self.keep_going:
+                self._tend_pool(sock)
+                for key, _ in selector.select(PARENT_TICK):
+                    if key.data is None:
+                        signals.drain()
+                    else:
+                        self._read_status(key.data)
+                self.reap_children()
+        finally:
+            if not self._in_child:
+                # Also on an unexpected error: never leave children behind.
+                self._cleanup_children()
+                selector.close()
+                self._selector = None
+                signals.close()
+        return self.reload_requested
+
+    def _tend_pool(self, sock):
+        if self.purge_requested:
+            self.purge_requested = False
+            self._purge_pids = set(self.children)
+        if self._purge_pids:
+            self._purge_pids.intersection_update(self.children)
+            for pid in [pid for pid in self._purge_pids if self.children[pid].state == IDLE]:
+                self._purge_pids.discard(pid)
+                self.retire_child(pid)
+        change = decide_pool_change(
+            {pid: child.state for pid, child in self.children.items()}, self.limits)
+        for pid in change.retire:
+            self.retire_child(pid)
+        if change.spawn and time.monotonic() >= self._spawn_blocked_until:
+            for _ in range(change.spawn):
+                if not self.spawn_child(sock):
+                    self._spawn_blocked_until = time.monotonic() + SPAWN_BACKOFF
+                    break
+
+    def _read_status(self, child):
+        try:
+            data = child.sock.recv(64)  # all pending reports: the last one is current
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""  # ECONNRESET: the child is gone
+        if data:
+            if child.state != EXITING:
+                child.state = BUSY if data[-1:] == STATUS_BUSY else IDLE
+        else:
+            self._release(child)  # EOF: the child exited (or is exiting)
+
+    def _release(self, child):
+        """Close the parent's end of a child's socket; the child is EXITING until reaped."""
+        if child.sock is not None:
+            if self._selector is not None:
+                try:
+                    self._selector.unregister(child.sock)
+                except (KeyError, ValueError):
+                    pass
+            child.sock.close()
+            child.sock = None
+        child.state = EXITING
+
+    def retire_child(self, pid):
+        """Ask a child to exit: closing our end makes its poll() see EOF (flup :225-229)."""
+        child = self.children.get(pid)
+        if child is not None:
+            self._release(child)
+
+    def reap_children(self):
+        """Collect every exited child without blocking (waitpid(-1, WNOHANG) in a loop)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue  # not one of ours (the front end may fork too)
+            self._release(child)
+            if self.keep_going and os.WIFSIGNALED(status):
+                logger.warning("child %d killed by signal %d", pid, os.WTERMSIG(status))
+            elif self.keep_going and os.WEXITSTATUS(status):
+                logger.warning("child %d exited with status %d", pid, os.WEXITSTATUS(status))
+
+    def spawn_child(self, sock):
+        """Fork one child. Returns True in the parent on success, False if fork failed for
+        lack of resources; in the child it does not return (SystemExit)."""
+        parent_end, child_end = socket.socketpair()  # Python makes both close-on-exec
+        parent_end.setblocking(False)
+        child_end.setblocking(False)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            parent_end.close()
+            child_end.close()
+            if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+                logger.error("cannot fork a child: %s", exc)
+                return False
+            raise
+        if pid:
+            child_end.close()
+            child = self.children[pid] = ChildRecord(pid, parent_end)
+            if self._selector is not None:
+                self._selector.register(parent_end, selectors.EVENT_READ, child)
+            return True
+        # In the child.
+        self._in_child = True
+        status = 0
+        try:
+            parent_end.close()
+            self._become_child()
+            self.child_main(sock, child_end)
+        except KeyboardInterrupt:
+            pass  # SIGINT from the parent's shutdown (flup :340-341)
+        except Exception:
+            logger.exception("prefork child %d failed", os.getpid())
+            status = 1
+        sys.exit(status)
+
+    def _become_child(self):
+        # Own process group, so a terminal's Ctrl-C reaches only the parent (flup :327-329).
+        os.setpgid(0, 0)
+        self.restore_child_signals()
+        self.signals.close()
+        for child in self.children.values():
+            if child.sock is not None:
+                child.sock.close()
+        self.children = {}
+        self._purge_pids = set()
+        if self._selector is not None:
+            self._selector.close()  # our copy of the parent's epoll fd
+            self._selector = None
+        random.seed()  # do not share the parent's random sequence (flup :374-384)
+
+    def _child(self, sock, parent_sock):
+        """The child's main loop: ``serve_child`` with this mode's settings."""
+        serve_child(sock, parent_sock, self.job_class, self.job_args, self.is_client_allowed,
+                    self.max_requests, self.sock_timeout or None)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def _cleanup_children(self):
+        """Close every child's socket (idle children exit at once), SIGINT the busy ones, and
+        escalate to SIGTERM after SHUTDOWN_GRACE and SIGKILL after TERM_GRACE more. Returns
+        when every child is reaped (or KILL_WAIT after SIGKILL)."""
+        busy = [pid for pid, child in self.children.items() if child.state == BUSY]
+        for child in list(self.children.values()):
+            self._release(child)
+        self._signal_children(signal.SIGINT, busy)
+        stages = [(SHUTDOWN_GRACE, signal.SIGTERM), (TERM_GRACE, signal.SIGKILL),
+                  (KILL_WAIT, None)]
+        deadline = time.monotonic()
+        for grace, next_signal in stages:
+            deadline += grace
+            while self._wait_children(deadline):
+                pass
+            if not self.children:
+                return
+            if next_signal is None:
+                logger.error("children %s could not be reaped", sorted(self.children))
+                return
+            self._signal_children(next_signal, list(self.children))
+
+    def _wait_children(self, deadline):
+        """Reap; wait a little if children remain. Returns False when done or past deadline."""
+        self.reap_children()
+        remaining = deadline - time.monotonic()
+        if not self.children or remaining <= 0:
+            return False
+        # SIGCHLD writes to the wakeup socket when handlers are installed; poll regardless.
+        poller = select.poll()
+        if self.signals.fileno() >= 0:
+            poller.register(self.signals, select.POLLIN)
+        poller.poll(min(remaining, REAP_POLL) * 1000.0)
+        self.signals.drain()
+        return True
+
+    def _signal_children(self, signum, pids):
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,118 @@
+"""The accept loop shared by the single and threaded modes, and the single mode (jobs inline).
+
+Owns: wait for a connection or a wakeup, accept, tune the client socket, check the allow-list,
+build the job and hand it to ``dispatch``. It must not know the protocol, close the listening
+socket (its owner does), or act on signals other than through LoopControl's flags.
+"""
+import logging
+import selectors
+import time
+
+from flupfast.serving.listen import (
+    ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
+from flupfast.serving.signals import LoopControl
+
+__all__ = ["ACCEPT_BACKOFF", "AcceptLoop", "SingleMode"]
+
+logger = logging.getLogger("flupfast")
+
+# Pause after accept() fails for lack of fds/memory: the socket stays readable, so retrying at
+# once would spin at 100% CPU; a short pause lets running jobs release resources.
+ACCEPT_BACKOFF = 0.1
+
+
+def _allow_all(addr):
+    return True
+
+
+def _no_op():
+    pass
+
+
+class AcceptLoop(LoopControl):
+    """select -> accept -> allow-list -> ``job_class(client, addr, *job_args)`` -> dispatch.
+
+    ``is_client_allowed(addr)`` and ``periodic()`` are the front end's hooks (flup's
+    ``_isClientAllowed`` and ``_mainloopPeriodic``); ``periodic`` runs every iteration, i.e.
+    after each accept or ``timeout`` (flup threadedserver.py:104).
+    """
+
+    def __init__(self, job_class, job_args=(), *, is_client_allowed=None, periodic=None):
+        super().__init__()
+        self.job_class = job_class
+        self.job_args = tuple(job_args)
+        self.is_client_allowed = is_client_allowed or _allow_all
+        self.periodic = periodic or _no_op
+
+    def run(self, sock, timeout=1.0):
+        """Install the default signal handlers, serve until stopped, restore them. Returns True
+        when stopped by SIGHUP (or ``stop(reload=True)``)."""
+        self.reset()
+        self.install_signals()
+        try:
+            return self.serve(sock, timeout)
+        finally:
+            self.restore_signals()
+
+    def serve(self, sock, timeout=1.0):
+        """The loop alone (handlers are the caller's business). Returns ``reload_requested``."""
+        set_cloexec(sock)
+        tcp = is_tcp(sock)
+        signals = self.signals
+        signals.open()
+        selector = selectors.DefaultSelector()
+        try:
+            selector.register(sock, selectors.EVENT_READ, sock)
+            selector.register(signals, selectors.EVENT_READ, signals)
+            while self.keep_going:
+                # PEP 475 retries EINTR inside select(); the wakeup socket ends the wait instead.
+                ready = selector.select(timeout)
+                listener_ready = False
+                for key, _ in ready:
+                    if key.data is signals:
+                        signals.drain()
+                    else:
+                        listener_ready = True
+                if listener_ready and self.keep_going:
+                    self._accept_one(sock, tcp)
+                self.periodic()
+        finally:
+            selector.close()
+            signals.close()
+        return self.reload_requested
+
+    def _accept_one(self, sock, tcp):
+        try:
+            client, addr = sock.accept()
+        except ACCEPT_RETRY_ERRORS:
+            return  # flup retries EINTR/EAGAIN (threadedserver.py:84-87)
+        except OSError as exc:
+            if exc.errno not in ACCEPT_EXHAUSTION_ERRNOS:
+                raise
+            logger.error("accept() failed: %s; pausing %.1f s", exc, ACCEPT_BACKOFF)
+            time.sleep(ACCEPT_BACKOFF)
+            return
+        # Python's accept() already makes the client socket close-on-exec (flup sets it itself).
+        if tcp:
+            set_nodelay(client)
+        if not self.is_client_allowed(addr):
+            client.close()
+            return
+        job = self.job_class(client, addr, *self.job_args)
+        self.dispatch(job, client)
+
+    def dispatch(self, job, client):
+        raise NotImplementedError
+
+
+class SingleMode(AcceptLoop):
+    """One connection at a time: the job runs in the loop's thread (flup singleserver.py:88-93).
+    Signals are acted on between connections."""
+
+    def dispatch(self, job, client):
+        try:
+            job.run()
+        except Exception:
+            # flup lets it end run(); one broken connection should not stop the server.
+            logger.exception("unhandled exception in job %r", job)
+            client.close()

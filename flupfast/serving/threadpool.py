@@ -1,0 +1,146 @@
+"""A thread pool that keeps between min_spare and max_spare idle workers (flup's ThreadPool).
+
+Owns worker threads and the job queue. It must not know what a job is beyond ``job.run()``,
+swallow a job's exception silently (flup bug 29), or block shutdown forever (flup bug 28).
+"""
+import collections
+import logging
+import sys
+import threading
+import time
+
+__all__ = ["SHUTDOWN_GRACE", "ThreadPool"]
+
+logger = logging.getLogger("flupfast")
+
+# How long shutdown() waits for busy workers: long enough for an in-flight request to finish,
+# short enough that a kept-alive connection cannot hold the process forever (flup waits forever).
+SHUTDOWN_GRACE = 5.0
+
+
+class ThreadPool:
+    """Thread pool that keeps the number of idle threads between ``min_spare`` and
+    ``max_spare``; the total is capped by ``max_threads`` (default: no limit).
+
+    flup semantics (threadpool.py:44-153): ``max_threads = max(min_spare, max_threads)``; the
+    pool starts ``max_spare`` threads (never more than ``max_threads``: flup bug 29); a job
+    first tops idle threads up to ``min_spare``, then is queued if a thread is free or queuing
+    is allowed; a worker whose job ends while ``max_spare`` others are free exits.
+
+    Idle means "free for a new job": a queued job already claims its thread. flup counted a
+    thread idle until it dequeued, so a burst of connections queued behind busy threads instead
+    of growing the pool, and with kept-alive connections those could wait forever.
+    """
+
+    def __init__(self, min_spare=1, max_spare=5, max_threads=sys.maxsize):
+        self.min_spare = min_spare
+        self.max_spare = max_spare
+        self.max_threads = max(min_spare, max_threads)
+        self._cond = threading.Condition()
+        self._queue = collections.deque()
+        self._waiting = 0        # workers blocked in wait() (not running a job)
+        self._workers = 0
+        self._threads = set()
+        self._stopping = False
+        with self._cond:
+            for _ in range(min(max_spare, self.max_threads)):
+                self._start_worker()
+
+    @property
+    def idle_count(self):
+        """Workers free for a new job (waiting and not claimed by a queued job)."""
+        with self._cond:
+            return self._waiting - len(self._queue)
+
+    @property
+    def worker_count(self):
+        with self._cond:
+            return self._workers
+
+    def _start_worker(self):
+        # Caller holds the lock. daemon=True: a busy worker must not keep the process alive.
+        thread = threading.Thread(target=self._work, name="flupfast-worker", daemon=True)
+        thread.start()  # RuntimeError if the OS refuses a thread
+        self._threads.add(thread)
+        self._workers += 1
+        self._waiting += 1
+
+    def add_job(self, job, allow_queuing=True):
+        """Hand ``job`` (anything with ``run()``) to a worker. With ``allow_queuing`` it is
+        queued even when every thread is busy (only possible with a finite ``max_threads``);
+        otherwise it is refused. Returns True if the job was accepted."""
+        with self._cond:
+            if self._stopping:
+                return False
+            while (self._waiting - len(self._queue) < self.min_spare
+                   and self._workers < self.max_threads):
+                try:
+                    self._start_worker()
+                except RuntimeError:
+                    logger.warning("cannot start a worker thread (%d running)", self._workers,
+                                   exc_info=True)
+                    return False
+            if self._waiting - len(self._queue) > 0 or allow_queuing:
+                self._queue.append(job)
+                self._cond.notify()
+                return True
+            return False
+
+    def _work(self):
+        cond = self._cond
+        waiting = True
+        with cond:
+            try:
+                while True:
+                    while not self._queue and not self._stopping:
+                        cond.wait()
+                    if self._stopping:
+                        return
+                    job = self._queue.popleft()
+                    self._waiting -= 1
+                    waiting = False
+                    cond.release()
+                    try:
+                        self._run_job(job)
+                    finally:
+                        cond.acquire()
+                    # Too many free threads: this one leaves (flup threadpool.py:143-144).
+                    if self._waiting - len(self._queue) >= self.max_spare:
+                        return
+                    self._waiting += 1
+                    waiting = True
+            finally:
+                if waiting:
+                    self._waiting -= 1
+                self._workers -= 1
+                self._threads.discard(threading.current_thread())
+
+    @staticmethod
+    def _run_job(job):
+        try:
+            job.run()
+        except Exception:
+            logger.exception("unhandled exception in job %r", job)
+
+    def shutdown(self, timeout=SHUTDOWN_GRACE):
+        """Stop the workers: idle ones exit now, busy ones after their job. Join them for at
+        most ``timeout`` seconds in all (None: forever; flup always waits forever). Jobs still
+        queued are dropped. Returns the list of dropped jobs; ``worker_count`` tells how many
+        workers are still busy."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = threading.current_thread()
+        with self._cond:
+            self._stopping = True
+            dropped = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+            threads = [thread for thread in self._threads if thread is not current]
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        busy = sum(thread.is_alive() for thread in threads)
+        if busy:
+            logger.warning("thread pool shutdown: %d job(s) still running after %.1f s",
+                           busy, timeout)
+        if dropped:
+            logger.warning("thread pool shutdown: %d queued job(s) dropped", len(dropped))
+        return dropped

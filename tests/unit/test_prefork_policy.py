@@ -1,0 +1,259 @@
+"""The prefork pool policy as a pure function (no fork), the child loop over socketpairs, and
+the flup facade's argument checks."""
+import random
+import socket
+import threading
+
+import pytest
+
+from flupfast.serving.prefork import (
+    BUSY, EXITING, IDLE, STATUS_BUSY, STATUS_IDLE, PoolChange, PoolLimits, decide_pool_change,
+    notify_parent, serve_child)
+from flupfast.server.preforkserver import PreforkServer
+
+
+def simulate(limits, states, steps, rng):
+    """Apply the policy repeatedly while children randomly turn busy/idle; new pids grow."""
+    next_pid = max(states, default=100) + 1
+    for _ in range(steps):
+        change = decide_pool_change(states, limits)
+        assert not (change.spawn and change.retire)
+        for pid in change.retire:
+            assert states[pid] == IDLE
+            states[pid] = EXITING
+        for _ in range(change.spawn):
+            states[next_pid] = IDLE
+            next_pid += 1
+        assert len(states) <= limits.max_children
+        yield dict(states)
+        # The world moves: exiting children get reaped, others change state.
+        for pid in [pid for pid, state in states.items() if state == EXITING]:
+            del states[pid]
+        for pid, state in list(states.items()):
+            states[pid] = rng.choice((IDLE, BUSY))
+
+
+def test_starts_with_max_spare_children():
+    # flup spawns maxSpare children at start (preforkserver.py:145-146).
+    assert decide_pool_change({}, PoolLimits(1, 5, 50)) == PoolChange(spawn=5)
+    assert decide_pool_change({}, PoolLimits(2, 2, 6)) == PoolChange(spawn=2)
+
+
+def test_grows_to_max_children_under_load():
+    limits = PoolLimits(min_spare=1, max_spare=2, max_children=6)
+    states = {10: IDLE, 11: IDLE}
+    for _ in range(20):
+        # Each idle child gets a connection (busy); the parent reacts.
+        for pid, state in states.items():
+            if state == IDLE:
+                states[pid] = BUSY
+                break
+        change = decide_pool_change(states, limits)
+        assert not change.retire
+        for _ in range(change.spawn):
+            states[max(states) + 1] = IDLE
+    assert len(states) == 6
+    assert all(state == BUSY for state in states.values())
+    # Saturated: nothing more to do, even with zero idle children.
+    assert decide_pool_change(states, limits) == PoolChange()
+
+
+def test_spawns_enough_for_min_spare_in_one_step():
+    limits = PoolLimits(min_spare=3, max_spare=4, max_children=10)
+    states = {pid: BUSY for pid in range(1, 5)}
+    assert decide_pool_change(states, limits) == PoolChange(spawn=3)
+    # ... but never past max_children.
+    states = {pid: BUSY for pid in range(1, 9)}
+    assert decide_pool_change(states, limits) == PoolChange(spawn=2)
+
+
+def test_shrinks_to_max_spare_highest_pids_first():
+    limits = PoolLimits(min_spare=1, max_spare=2, max_children=6)
+    states = {30: IDLE, 10: IDLE, 50: BUSY, 20: IDLE, 40: IDLE}
+    assert decide_pool_change(states, limits) == PoolChange(retire=(30, 40))
+
+
+def test_exiting_children_count_towards_total_but_are_not_idle():
+    limits = PoolLimits(min_spare=1, max_spare=2, max_children=3)
+    # Two exiting, one busy: no idle child, but the total is at max_children.
+    states = {1: EXITING, 2: EXITING, 3: BUSY}
+    assert decide_pool_change(states, limits) == PoolChange()
+    states = {1: EXITING, 3: BUSY}
+    assert decide_pool_change(states, limits) == PoolChange(spawn=1)
+
+
+@pytest.mark.parametrize("limits", [
+    PoolLimits(1, 1, 1), PoolLimits(1, 2, 6), PoolLimits(2, 5, 50), PoolLimits(3, 3, 4)])
+def test_invariants_under_random_load(limits):
+    rng = random.Random(1234)
+    for states in simulate(limits, {}, 300, rng):
+        idle = sum(state == IDLE for state in states.values())
+        assert len(states) <= limits.max_children
+        assert idle <= limits.max_spare
+        # After the step, min_spare idle children exist unless the pool is full.
+        assert idle >= limits.min_spare or len(states) == limits.max_children
+
+
+def test_limits_validation():
+    with pytest.raises(ValueError):
+        PoolLimits(0, 5, 50)
+    with pytest.raises(ValueError):
+        PoolLimits(3, 2, 50)
+    with pytest.raises(ValueError):
+        PoolLimits(1, 5, 4)
+
+
+# -- flup facade arguments (preforkserver.py:94-119) ---------------------------------------------
+
+def test_facade_validation_messages_match_flup():
+    with pytest.raises(ValueError, match=r"^minSpare must be at least 1!$"):
+        PreforkServer(minSpare=0)
+    with pytest.raises(ValueError, match=r"^maxSpare must be greater than, or equal to, "
+                                         r"minSpare!$"):
+        PreforkServer(minSpare=3, maxSpare=2)
+    message = r"^sockTimeout must be an int or float, greater than or equal to 0$"
+    for bad in (-1, "1", None, True):
+        with pytest.raises(ValueError, match=message):
+            PreforkServer(sockTimeout=bad)
+
+
+def test_facade_normalises_max_children():
+    server = PreforkServer(maxSpare=8, maxChildren=3, sockTimeout=2.5)
+    assert server._maxChildren == 8
+    assert server._maxSpare == 8 and server._minSpare == 1
+    assert server._sockTimeout == 2.5 and server._maxRequests == 0
+    assert server._children == {}
+
+
+# -- the child loop, in-process over socketpairs -------------------------------------------------
+
+class CountingJob:
+    """Serves one request per line until EOF or max_requests; returns the count."""
+    max_requests = "unset"
+    seen_limits = []
+
+    def __init__(self, sock, addr, tag):
+        self.sock = sock
+        self.tag = tag
+
+    def run(self):
+        CountingJob.seen_limits.append(self.max_requests)
+        served = 0
+        with self.sock, self.sock.makefile("rwb") as stream:
+            for _ in stream:
+                stream.write(self.tag + b"\n")
+                stream.flush()
+                served += 1
+                if self.max_requests is not None and served >= self.max_requests:
+                    break
+        return served
+
+
+class ListenPair:
+    """A real listening socket on a Unix path, non-blocking as the prefork parent makes it."""
+
+    def __init__(self, tmp_path):
+        self.path = str(tmp_path / "l.sock")
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(self.path)
+        self.sock.listen(8)
+        self.sock.setblocking(False)
+
+    def request(self, lines):
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(10)
+            client.connect(self.path)
+            replies = []
+            with client.makefile("rwb") as stream:
+                for _ in range(lines):
+                    stream.write(b"x\n")
+                    stream.flush()
+                    replies.append(stream.readline())
+            return replies
+
+
+def recv_exact(sock, size):
+    sock.settimeout(10)
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True):
+    listen = ListenPair(tmp_path)
+    parent, child = socket.socketpair()
+    child.setblocking(False)
+    CountingJob.seen_limits = []
+    thread = threading.Thread(target=serve_child, args=(
+        listen.sock, child, CountingJob, (b"ok",), allowed, max_requests, 5.0))
+    thread.start()
+    return listen, parent, child, thread
+
+
+def test_child_counts_requests_not_connections(tmp_path):
+    listen, parent, child, thread = run_child_loop(tmp_path, max_requests=3)
+    try:
+        assert listen.request(2) == [b"ok\n", b"ok\n"]
+        assert recv_exact(parent, 2) == STATUS_BUSY + STATUS_IDLE
+        # One request left: the job is told so and stops after it, then the child retires.
+        assert listen.request(1) == [b"ok\n"]
+        thread.join(10)
+        assert not thread.is_alive()
+        assert CountingJob.seen_limits == [3, 1]
+        # Busy was reported, idle was not: the child left instead.
+        assert recv_exact(parent, 1) == STATUS_BUSY
+        parent.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            parent.recv(1)
+    finally:
+        for sock in (listen.sock, parent, child):
+            sock.close()
+
+
+def test_child_exits_when_parent_closes_and_checks_allow_list(tmp_path):
+    seen = []
+
+    def refuse(addr):
+        seen.append(addr)
+        return False
+
+    listen, parent, child, thread = run_child_loop(tmp_path, 0, allowed=refuse)
+    try:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(10)
+            client.connect(listen.path)
+            assert client.recv(1) == b""  # refused: closed without a word
+        assert seen == [""]
+        parent.close()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert CountingJob.seen_limits == []
+    finally:
+        listen.sock.close()
+        child.close()
+
+
+def test_unlimited_child_tells_job_none(tmp_path):
+    listen, parent, child, thread = run_child_loop(tmp_path, 0)
+    try:
+        assert listen.request(1) == [b"ok\n"]
+        assert recv_exact(parent, 2) == STATUS_BUSY + STATUS_IDLE
+        assert CountingJob.seen_limits == [None]
+    finally:
+        parent.close()
+        thread.join(10)
+        listen.sock.close()
+        child.close()
+
+
+def test_notify_parent_reports_a_gone_parent():
+    parent, child = socket.socketpair()
+    with child:
+        assert notify_parent(child, STATUS_IDLE) is True
+        assert parent.recv(1) == STATUS_IDLE
+        parent.close()
+        assert notify_parent(child, STATUS_IDLE) is False
