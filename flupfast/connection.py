@@ -25,6 +25,19 @@ from flupfast.protocols.errors import ProtocolError
 
 logger = logging.getLogger('flupfast')
 
+# One receive buffer per thread, reused by every connection that thread serves: allocating and
+# zeroing 256 KiB per accepted connection costs more than a small request. Safe because the
+# codecs copy what they keep out of it before the next receive.
+_thread_state = threading.local()
+
+
+def _receive_buffer():
+    buf = getattr(_thread_state, 'recv_buf', None)
+    if buf is None:
+        buf = _thread_state.recv_buf = bytearray(RECV_BUFFER_SIZE)
+        _thread_state.recv_view = memoryview(buf)
+    return buf, _thread_state.recv_view
+
 
 class Connection:
     """What every protocol's connection shares: the socket, a reused receive buffer, a send
@@ -34,20 +47,16 @@ class Connection:
     def __init__(self, sock, addr):
         self._sock = sock
         self._addr = addr
-        self._recv_buf = bytearray(RECV_BUFFER_SIZE)
-        self._recv_view = memoryview(self._recv_buf)
         self._out = []
         self._out_bytes = 0
         self._send_lock = threading.Lock()
         self.closed = False
 
     def recv_some(self):
-        """One ``recv_into`` the reused buffer; returns a view of the new bytes ('' at EOF)."""
-        try:
-            count = self._sock.recv_into(self._recv_buf)
-        except InterruptedError:
-            count = self._sock.recv_into(self._recv_buf)
-        return self._recv_view[:count]
+        """One ``recv_into`` this thread's buffer; returns a view of the new bytes (empty at
+        EOF), valid until the next receive in this thread."""
+        buf, view = _receive_buffer()
+        return view[:self._sock.recv_into(buf)]
 
     def send(self, buffers, hold=False):
         """Queue ``buffers``; send everything queued unless ``hold`` and under the limit."""
@@ -77,7 +86,7 @@ class Connection:
                 if remaining <= 0:
                     break
                 self._sock.settimeout(remaining)
-                if not self._sock.recv_into(self._recv_buf):
+                if not self._sock.recv_into(_receive_buffer()[0]):
                     break
         except OSError:
             pass
@@ -242,12 +251,25 @@ class FastCGIRequest:
         self.aborted = False
         self.params = {}
         self.keep_conn = False
-        self._pending = {fcgi.FCGI_STDIN: collections.deque(), fcgi.FCGI_DATA: collections.deque()}
+        # Input not yet read by the app: deques filled by this thread, or, when multiplexed,
+        # spools filled by the connection's reading thread.
+        self._pending = conn.new_pending()
         self._ended = {fcgi.FCGI_STDIN: False, fcgi.FCGI_DATA: False}
         self.stdin = conn.open_input(self, fcgi.FCGI_STDIN)
-        self.data = conn.open_input(self, fcgi.FCGI_DATA)
+        self._data = None
         self.stdout = StdoutStream(conn, self)
         self.stderr = StderrStream(conn, self)
+
+    @property
+    def data(self):
+        """FCGI_DATA, the FILTER role's second input; made on first use (rarely needed)."""
+        if self._data is None:
+            self._data = self._conn.open_input(self, fcgi.FCGI_DATA)
+        return self._data
+
+    @data.setter
+    def data(self, stream):
+        self._data = stream
 
     def run(self):
         """Run the handler, answer errors, end the request (flup fcgi_base.py:568-598)."""
@@ -300,11 +322,14 @@ class FastCGIConnection(Connection):
         self._events.extend(self._parser.feed(data))
         return True
 
+    def new_pending(self):
+        if self.multiplexed:
+            return {fcgi.FCGI_STDIN: Spool(), fcgi.FCGI_DATA: Spool()}
+        return {fcgi.FCGI_STDIN: collections.deque(), fcgi.FCGI_DATA: collections.deque()}
+
     def open_input(self, req, stream_type):
         if self.multiplexed:
-            spool = Spool()
-            req._pending[stream_type] = spool
-            return _impl.InputStream(spool.pull)
+            return _impl.InputStream(req._pending[stream_type].pull)
         return _impl.InputStream(lambda: self._pull(req, stream_type))
 
     def _pull(self, req, stream_type):
