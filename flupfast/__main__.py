@@ -44,10 +44,18 @@ def demo_app(environ, start_response):
 def load_app(spec):
     """``package.module:callable`` (``:application`` when the callable is left out)."""
     module_name, _, attr = spec.partition(':')
-    module = importlib.import_module(module_name)
-    app = module
+    try:
+        app = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit('flupfast: cannot import %r: %s' % (module_name, exc)) from None
     for part in (attr or 'application').split('.'):
-        app = getattr(app, part)
+        try:
+            app = getattr(app, part)
+        except AttributeError:
+            raise SystemExit('flupfast: %r has no attribute %r (give the app as '
+                             'module:callable)' % (module_name, part)) from None
+    if not callable(app):
+        raise SystemExit('flupfast: %s is not callable' % spec)
     return app
 
 
