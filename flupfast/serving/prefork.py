@@ -438,6 +438,8 @@ class PreforkMode(LoopControl):
             if next_signal is None:
                 logger.error("children %s could not be reaped", sorted(self.children))
                 return
+            logger.warning("shutdown: sending %s to %d child(ren) still running",
+                           signal.Signals(next_signal).name, len(self.children))
             self._signal_children(next_signal, list(self.children))
 
     def _wait_children(self, deadline):
