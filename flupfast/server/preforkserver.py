@@ -89,6 +89,18 @@ class PreforkServer(_ModeFacade):
         """
         return self._servingMode.spawn_child(sock)
 
+    def _reapChildren(self):
+        """Cleans up self._children whenever children die (never blocks)."""
+        self._servingMode.reap_children()
+
+    def _cleanupChildren(self):
+        """
+        Closes all child sockets (idle children exit at once) and sends SIGINT to the busy
+        ones. Children still running after a grace period get SIGTERM, then SIGKILL; all are
+        reaped.
+        """
+        self._servingMode.retire_all_children()
+
     def _child(self, sock, parent):
         """Main loop for children."""
         self._servingMode._child(sock, parent)

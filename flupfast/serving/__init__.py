@@ -1,1 +1,1 @@
-"""Protocol-blind serving modes (single, threaded, prefork), their signal policy and socket setup."""
+"""Protocol-blind serving modes (single, threaded, prefork), signal policy and sockets."""

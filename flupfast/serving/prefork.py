@@ -287,7 +287,7 @@ class PreforkMode(LoopControl):
         finally:
             if not self._in_child:
                 # Also on an unexpected error: never leave children behind.
-                self._cleanup_children()
+                self.retire_all_children()
                 selector.close()
                 self._selector = None
                 signals.close()
@@ -313,6 +313,8 @@ class PreforkMode(LoopControl):
                     break
 
     def _read_status(self, child):
+        if child.sock is None:
+            return  # released earlier in this round
         try:
             data = child.sock.recv(64)  # all pending reports: the last one is current
         except BlockingIOError:
@@ -418,7 +420,7 @@ class PreforkMode(LoopControl):
 
     # -- shutdown ------------------------------------------------------------------------------
 
-    def _cleanup_children(self):
+    def retire_all_children(self):
         """Close every child's socket (idle children exit at once), SIGINT the busy ones, and
         escalate to SIGTERM after SHUTDOWN_GRACE and SIGKILL after TERM_GRACE more. Returns
         when every child is reaped (or KILL_WAIT after SIGKILL)."""

@@ -264,7 +264,7 @@ def assert_clean_stop(result, ret):
     assert result["children_left"] is None  # no child at all: neither running nor zombie
 
 
-# -- signals, every mode ---------------------------------------------------------------------------
+# -- signals, every mode --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["single", "threaded", "prefork"])
 @pytest.mark.parametrize("signum, ret", [(signal.SIGTERM, False), (signal.SIGINT, False),
@@ -284,7 +284,7 @@ def test_signal_stops_idle_server(start, mode, signum, ret):
         assert not exists(pid)
 
 
-# -- pool growth --------------------------------------------------------------------------------------
+# -- pool growth ----------------------------------------------------------------------------------
 
 def test_threaded_pool_grows_under_load(start):
     server = start("threaded", maxSpare=2)
@@ -319,7 +319,7 @@ def test_prefork_pool_grows_to_max_children_then_shrinks(start):
     assert_clean_stop(result, False)
 
 
-# -- prefork child lifecycle ---------------------------------------------------------------------------
+# -- prefork child lifecycle ----------------------------------------------------------------------
 
 def test_prefork_usr1_replaces_children_and_keeps_serving(start):
     server = start("prefork", maxSpare=2)
@@ -401,7 +401,7 @@ def test_prefork_shutdown_escalates_to_kill(start):
     assert "SIGKILL" not in server.stderr()  # the default SIGTERM action sufficed
 
 
-# -- outside the main thread, in-process --------------------------------------------------------------
+# -- outside the main thread, in-process ----------------------------------------------------------
 
 class EchoJob:
     def __init__(self, sock, addr):
