@@ -446,3 +446,49 @@ def test_runs_and_stops_outside_main_thread(tmp_path, facade):
         if facade == "threaded":
             server.shutdown()
         listener.close()
+
+
+class ReportingJob:
+    """Fails on "boom"; otherwise reports whether TCP_NODELAY is set on its socket."""
+
+    def __init__(self, sock, addr):
+        self.sock = sock
+
+    def run(self):
+        with self.sock:
+            if self.sock.recv(10) == b"boom":
+                raise RuntimeError("job failed")
+            nodelay = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            self.sock.sendall(b"%d" % bool(nodelay))
+
+
+@pytest.mark.parametrize("facade", ["threaded", "single"])
+def test_tcp_nodelay_and_failing_job(facade, caplog):
+    from flupfast.serving.listen import bind_listen_socket
+    if facade == "threaded":
+        from flupfast.server.threadedserver import ThreadedServer as Facade
+    else:
+        from flupfast.server.singleserver import SingleServer as Facade
+    listener = bind_listen_socket(("127.0.0.1", 0))
+    server = Facade(jobClass=ReportingJob)
+    runner = threading.Thread(target=server.run, args=(listener,))
+    runner.start()
+
+    def ask(message):
+        with socket.create_connection(listener.getsockname(), timeout=WAIT) as client:
+            client.sendall(message)
+            return client.recv(10)
+
+    try:
+        with caplog.at_level("ERROR", logger="flupfast"):
+            assert ask(b"boom") == b""  # logged with its traceback, socket closed
+            assert ask(b"hello") == b"1"  # still serving; TCP_NODELAY set on TCP peers
+            # (the worker thread logs just after the client sees the socket close)
+            assert eventually(lambda: [r.exc_info[0] for r in caplog.records
+                                       if r.exc_info] == [RuntimeError])
+    finally:
+        server._exit()
+        runner.join(WAIT)
+        if facade == "threaded":
+            server.shutdown()
+        listener.close()

@@ -131,6 +131,7 @@ class CountingJob:
     """Serves one request per line until EOF or max_requests; returns the count."""
     max_requests = "unset"
     seen_limits = []
+    seen_timeouts = []
 
     def __init__(self, sock, addr, tag):
         self.sock = sock
@@ -138,6 +139,7 @@ class CountingJob:
 
     def run(self):
         CountingJob.seen_limits.append(self.max_requests)
+        CountingJob.seen_timeouts.append(self.sock.gettimeout())
         served = 0
         with self.sock, self.sock.makefile("rwb") as stream:
             for _ in stream:
@@ -188,6 +190,7 @@ def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True):
     parent, child = socket.socketpair()
     child.setblocking(False)
     CountingJob.seen_limits = []
+    CountingJob.seen_timeouts = []
     thread = threading.Thread(target=serve_child, args=(
         listen.sock, child, CountingJob, (b"ok",), allowed, max_requests, 5.0))
     thread.start()
@@ -243,6 +246,8 @@ def test_unlimited_child_tells_job_none(tmp_path):
         assert listen.request(1) == [b"ok\n"]
         assert recv_exact(parent, 2) == STATUS_BUSY + STATUS_IDLE
         assert CountingJob.seen_limits == [None]
+        # sockTimeout > 0 is the accepted socket's timeout (flup made the listener blocking).
+        assert CountingJob.seen_timeouts == [5.0]
     finally:
         parent.close()
         thread.join(10)
