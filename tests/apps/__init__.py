@@ -1,0 +1,1 @@
+"""WSGI applications used by the integration tests and the benchmarks."""

@@ -1,0 +1,76 @@
+"""Run real flup 1.0.3 with the command line of ``python -m flupfast``, so the peer fixtures
+can start either server by swapping the command.
+
+Test-only: it imports flup (a test dependency) and must never be imported by the package.
+
+    python flup_launcher.py --mode thread|fork|single --bind HOST:PORT|unix:/path [module:callable]
+
+No ``--bind``: serve on the listening socket inherited as fd 0 (mod_fcgid style). No app: a
+built-in hello app.
+"""
+import argparse
+import importlib
+import sys
+
+
+def demo_app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"Hello from flup 1.0.3\n"]
+
+
+def parse_bind(value):
+    """``unix:/path`` -> str (flup's Unix socket form); ``HOST:PORT`` -> (host, port)."""
+    if value is None:
+        return None
+    if value.startswith("unix:"):
+        return value[len("unix:"):]
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError("--bind must be HOST:PORT or unix:/path, not %r" % value)
+    host = host.strip("[]")
+    if ":" in host:  # IPv6: flup picks AF_INET6 from a tuple longer than 2
+        return (host, int(port), 0, 0)
+    return (host or "127.0.0.1", int(port))
+
+
+def load_app(spec):
+    if not spec:
+        return demo_app
+    module_name, _, attr = spec.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in (attr or "application").split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def server_class(mode):
+    if mode == "thread":
+        from flup.server.fcgi import WSGIServer
+    elif mode == "fork":
+        from flup.server.fcgi_fork import WSGIServer
+    else:
+        from flup.server.fcgi_single import WSGIServer
+    return WSGIServer
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="flup_launcher", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=("thread", "fork", "single"), default="thread")
+    parser.add_argument("--bind", default=None, help="HOST:PORT or unix:/path; default fd 0")
+    parser.add_argument("--umask", type=lambda s: int(s, 8), default=None,
+                        help="umask while creating a Unix socket (octal)")
+    parser.add_argument("app", nargs="?", default=None, help="module:callable")
+    args = parser.parse_args(argv)
+
+    app = load_app(args.app)
+    kwargs = {"bindAddress": parse_bind(args.bind)}
+    if args.umask is not None:
+        kwargs["umask"] = args.umask
+    server = server_class(args.mode)(app, **kwargs)
+    # flup's run() returns True on SIGHUP (reload); a launcher just exits.
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The server under test behind a real nginx (``fastcgi_pass`` to a Unix socket).
+
+Variants: upstream keepalive with ``fastcgi_keep_conn on``; ``fastcgi_keep_conn off`` (the
+server must close after each response); ``fastcgi_request_buffering off`` (bodies streamed,
+chunked uploads arrive with no CONTENT_LENGTH). Checks live in peers.FrontSuite.
+"""
+import http.client
+import json
+import socket
+
+import pytest
+
+from .peers import FrontSuite, expected_sha256, latin1_of_utf8, probe, start_nginx
+
+pytestmark = [pytest.mark.peer]
+
+
+class NginxSuite(FrontSuite):
+    options = {}
+
+    @pytest.fixture(scope="class")
+    def front(self, server):
+        front = start_nginx(server, name="nginx-%s" % self.__class__.__name__[9:].lower(),
+                            **self.options)
+        yield front
+        front.stop()
+
+    @pytest.mark.parametrize("wire, decoded", [
+        ("/environ/x", "/environ/x"),
+        ("/environ/caf%C3%A9/a%20b", latin1_of_utf8("/environ/café/a b")),
+        (latin1_of_utf8("/environ/ü"), latin1_of_utf8("/environ/ü")),
+    ], ids=["plain", "percent", "raw-utf8"])
+    def test_site_mount_path_info(self, front, wire, decoded):
+        """location /app/ with fastcgi_split_path_info: SCRIPT_NAME=/app, PATH_INFO decoded
+        (the params are declared twice; the site's later value must win)."""
+        resp = front.request("GET", "/app" + wire + "?k=%C3%A9")
+        assert resp.status == 200, resp.body[:500]
+        env = resp.json()
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/app", decoded)
+        assert env["REQUEST_URI"] == "/app" + wire + "?k=%C3%A9"
+        assert env["QUERY_STRING"] == "k=%C3%A9"
+
+
+class TestNginxKeepConn(NginxSuite):
+    options = dict(keep_conn=True)
+
+
+class TestNginxNoKeepConn(NginxSuite):
+    options = dict(keep_conn=False)
+
+
+class TestNginxUnbuffered(NginxSuite):
+    """fastcgi_request_buffering off: the body reaches the app while the client sends it."""
+    options = dict(keep_conn=True, request_buffering=False)
+
+    def test_body_streams_to_app(self, front):
+        """The app answers after reading 1 MiB of an 8 MiB body the client has not finished
+        sending: only possible when nginx streams the body instead of spooling it first."""
+        part = 1024 * 1024
+        head = ("POST /upload?limit=%d HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n"
+                "Connection: close\r\n\r\n" % (part, 8 * part)).encode("ascii")
+        with socket.create_connection(("127.0.0.1", front.port), timeout=30) as s:
+            s.sendall(head + probe.pattern_bytes(part))
+            resp = http.client.HTTPResponse(s)
+            resp.begin()
+            body = resp.read()
+        assert resp.status == 200, body
+        got = json.loads(body)
+        assert (got["length"], got["sha256"]) == (part, expected_sha256(part))
+        assert got["content_length"] == str(8 * part)
+        assert front.request("GET", "/").body == probe.HELLO
+        front.assert_alive()
