@@ -15,7 +15,7 @@ pytest.register_assert_rewrite("tests.integration.peers")
 from .peers import ServerSpec  # noqa: E402
 
 # The one line to change to switch the default server under test.
-DEFAULT_SERVERS = ("flup",)
+DEFAULT_SERVERS = ("cy", "py")
 KNOWN_SERVERS = ("cy", "py", "flup")
 
 

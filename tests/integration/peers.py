@@ -751,6 +751,12 @@ def fcgid_venv(server):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             shutil.rmtree(str(venv), ignore_errors=True)
+            if not server.is_flup:  # venvs of older flupfast sources
+                for stale in base.glob("flupfast-peer-venv-flupfast-*"):
+                    if stale.is_dir() and stale != venv:
+                        shutil.rmtree(str(stale), ignore_errors=True)
+                        with contextlib.suppress(OSError):
+                            stale.with_name(stale.name + ".lock").unlink()
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("PYTHON", "PIP_REQUIRE", "VIRTUAL_ENV"))}
             _run([SYSTEM_PYTHON, "-m", "venv", str(venv)], env=env)
@@ -954,7 +960,10 @@ class FrontSuite:
         assert env["REQUEST_URI"] == front.url(wire_path) + "?" + query
         assert env["QUERY_STRING"] == query
         full = front.url(decoded_path)
-        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == front.expected_split(full), env
+        # WSGI: SCRIPT_NAME + PATH_INFO is the decoded path. A server deriving PATH_INFO by
+        # slicing the raw REQUEST_URI at len(decoded SCRIPT_NAME) yields a raw tail here.
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == front.expected_split(full), {
+            k: env.get(k) for k in ("SCRIPT_NAME", "PATH_INFO", "REQUEST_URI")}
         return env
 
     def test_percent_encoded_path(self, front, flup_bug):

@@ -70,3 +70,37 @@ class TestNginxUnbuffered(NginxSuite):
         assert got["content_length"] == str(8 * part)
         assert front.request("GET", "/").body == probe.HELLO
         front.assert_alive()
+
+
+class _ModeSuite:
+    """The smoke checks plus reuse and chunked bodies, for the non-default server modes."""
+    pytestmark = [pytest.mark.peer]
+    mode = None
+    keep_conn = True
+
+    @pytest.fixture(scope="class")
+    def front(self, server):
+        front = start_nginx(server, keep_conn=self.keep_conn, mode=self.mode,
+                            name="nginx-%s" % self.mode)
+        yield front
+        front.stop()
+
+    test_hello = FrontSuite.test_hello
+    test_environ_query_string = FrontSuite.test_environ_query_string
+    test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
+    test_chunked_upload = FrontSuite.test_chunked_upload
+    test_error_page = FrontSuite.test_error_page
+    test_sequential_requests_connection_reuse = FrontSuite.test_sequential_requests_connection_reuse
+
+
+class TestNginxForkMode(_ModeSuite):
+    mode = "fork"
+
+
+class TestNginxSingleMode(_ModeSuite):
+    """One connection at a time (flup's contract), so no upstream keepalive: nginx's idle
+    kept connection would hold the server, and a second upstream connection (here the counted
+    upstream; in production another worker) waits for nginx's 60 s keepalive_timeout. Measured
+    identical with flup 1.0.3 and flupfast."""
+    mode = "single"
+    keep_conn = False
