@@ -1,0 +1,1 @@
+"""flupfast's benchmarks (not installed with the package): ``python -m bench [--quick]``."""

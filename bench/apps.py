@@ -1,0 +1,149 @@
+"""The WSGI apps the benchmarks serve, the same for flup and flupfast.
+
+It owns the body pattern both sides check transfers with; it must import nothing but the
+standard library and keep per-request work out of the measurement: the download body and its
+sha256 are built at import (``FLUPFAST_BENCH_DOWNLOAD_SIZES``), so the timed request only
+hands one prebuilt bytes object to the server, and the upload app hashes only when asked.
+
+  hello                      ``Hello world!\\n`` (flup's README example; one-item list)
+  app  /upload?mode=M&check=C   read all of wsgi.input with M (read65536 | readline);
+                                C = len (count bytes only: the timed run) or sha256 (the
+                                check run); JSON {"length", "pieces", "sha256", "app_seconds"}
+       /download?size=N         ONE bytes object of N pattern bytes, prebuilt; X-Sha256 header
+       /                        hello
+"""
+import hashlib
+import json
+import os
+import time
+
+MIB = 1 << 20
+HELLO = b"Hello world!\n"
+
+
+def _block():
+    # 1 MiB of sha256 output: random-looking bytes, a newline about every 256 bytes (random
+    # data's density, as in the flup measurements of peers-and-protocols.md 1.4).
+    return b"".join(hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(MIB // 32))
+
+
+BLOCK = _block()
+
+
+def pattern_bytes(size):
+    """The first ``size`` bytes of BLOCK repeated."""
+    reps, rest = divmod(size, len(BLOCK))
+    return BLOCK * reps + BLOCK[:rest]
+
+
+def pattern_chunks(size, chunk=MIB):
+    """The same bytes as ``pattern_bytes(size)``, as an iterator of chunks."""
+    sent = 0
+    while sent < size:
+        n = min(chunk, size - sent)
+        yield BLOCK[:n] if n < len(BLOCK) else BLOCK
+        sent += n
+
+
+def pattern_sha256(size):
+    h = hashlib.sha256()
+    for piece in pattern_chunks(size):
+        h.update(piece)
+    return h.hexdigest()
+
+
+# size -> (body, sha256 hex), built once at import so that a fork server's children share it.
+_DOWNLOADS = {}
+for _size in os.environ.get("FLUPFAST_BENCH_DOWNLOAD_SIZES", "").split(","):
+    if _size.strip():
+        _body = pattern_bytes(int(_size))
+        _DOWNLOADS[len(_body)] = (_body, hashlib.sha256(_body).hexdigest())
+del _size
+
+
+def hello(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [HELLO]
+
+
+def _query(environ):
+    out = {}
+    for part in environ.get("QUERY_STRING", "").split("&"):
+        key, _, value = part.partition("=")
+        out[key] = value
+    return out
+
+
+def _upload(environ, start_response, query):
+    stream = environ["wsgi.input"]
+    mode = query.get("mode", "read65536")
+    check = query.get("check", "len")
+    h = hashlib.sha256() if check == "sha256" else None
+    length = pieces = 0
+    held = []   # readline pieces are hashed in ~1 MiB batches (update() per line is slow)
+    held_bytes = 0
+    violations = 0  # check run only: pieces that break the file API (too long, inner newline)
+    started = time.perf_counter()
+    if mode == "read65536":
+        read = stream.read
+        while True:
+            data = read(65536)
+            if not data:
+                break
+            length += len(data)
+            pieces += 1
+            if h is not None:
+                h.update(data)
+                violations += len(data) > 65536
+    elif mode == "readline":
+        readline = stream.readline
+        while True:
+            data = readline()
+            if not data:
+                break
+            length += len(data)
+            pieces += 1
+            if h is not None:
+                violations += data.find(b"\n") not in (-1, len(data) - 1)
+                held.append(data)
+                held_bytes += len(data)
+                if held_bytes >= MIB:
+                    h.update(b"".join(held))
+                    held = []
+                    held_bytes = 0
+    else:
+        raise ValueError("unknown upload mode %r" % mode)
+    if h is not None and held:
+        h.update(b"".join(held))
+    body = json.dumps({
+        "length": length, "pieces": pieces, "mode": mode,
+        "sha256": h.hexdigest() if h is not None else None, "violations": violations,
+        "app_seconds": round(time.perf_counter() - started, 6),
+        "pid": os.getpid(),
+    }).encode("ascii")
+    start_response("200 OK", [("Content-Type", "application/json"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def _download(environ, start_response, query):
+    size = int(query.get("size", "0"))
+    cached = _DOWNLOADS.get(size)
+    if cached is None:
+        # Not prebuilt: build it now (then the timing includes this; run.py always prebuilds).
+        body = pattern_bytes(size)
+        cached = _DOWNLOADS[size] = (body, hashlib.sha256(body).hexdigest())
+    body, digest = cached
+    start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                              ("X-Sha256", digest)])
+    return [body]
+
+
+def app(environ, start_response):
+    path = environ.get("PATH_INFO") or environ.get("REQUEST_URI", "/").split("?", 1)[0]
+    query = _query(environ)
+    if path == "/upload":
+        return _upload(environ, start_response, query)
+    if path == "/download":
+        return _download(environ, start_response, query)
+    return hello(environ, start_response)
