@@ -11,6 +11,7 @@ import html
 import linecache
 import sys
 import traceback
+from urllib.parse import unquote_to_bytes
 
 # flup's error page, byte for byte (fcgi_base.py:1238, scgi_base.py:572, ajp_base.py:979).
 ERROR_STATUS = b'500 Internal Server Error'
@@ -70,11 +71,27 @@ def fill_query_string(environ, request_uri):
             environ['QUERY_STRING'] = ''
 
 
+def derive_path_info(uri_path, script_name):
+    """PATH_INFO from the REQUEST_URI path, or None when SCRIPT_NAME is not its prefix.
+
+    flup cuts the raw URI at ``len(SCRIPT_NAME)`` (PATH_INFO stays percent-encoded); we keep
+    that whenever the raw path starts with SCRIPT_NAME. nginx's stock fastcgi_params and
+    mod_proxy_fcgi send the *decoded* path as SCRIPT_NAME, where flup's cut yields garbage
+    (``/a%20b`` with SCRIPT_NAME ``/a b`` gives ``0b``): then the decoded path is cut instead.
+    """
+    if uri_path.startswith(script_name):
+        return uri_path[len(script_name):]
+    decoded = unquote_to_bytes(uri_path).decode('latin-1')  # environ values are latin-1
+    if decoded.startswith(script_name):
+        return decoded[len(script_name):]
+    return None
+
+
 def sanitize_cgi_environ(environ, server_name):
     """flup's FastCGI ``_sanitizeEnv`` (fcgi_base.py:1194-1227), exactly.
 
-    PATH_INFO derived from REQUEST_URI stays percent-encoded, as flup leaves it: apps behind
-    nginx's stock fastcgi_params (no PATH_INFO) depend on that.
+    PATH_INFO derived from REQUEST_URI stays percent-encoded, as flup leaves it (apps depend
+    on that), except where flup's cut gives garbage (see derive_path_info).
     """
     if 'SCRIPT_NAME' not in environ:
         environ['SCRIPT_NAME'] = ''
@@ -82,9 +99,11 @@ def sanitize_cgi_environ(environ, server_name):
     if not environ.get('PATH_INFO'):
         if request_uri is not None:
             script_name = environ['SCRIPT_NAME']
-            if not request_uri[0].startswith(script_name):
+            path_info = derive_path_info(request_uri[0], script_name)
+            if path_info is None:
                 environ['wsgi.errors'].write('WARNING: SCRIPT_NAME does not match REQUEST_URI')
-            environ['PATH_INFO'] = request_uri[0][len(script_name):]
+                path_info = request_uri[0][len(script_name):]  # flup's blind cut
+            environ['PATH_INFO'] = path_info
         else:
             environ['PATH_INFO'] = ''
     fill_query_string(environ, request_uri)
