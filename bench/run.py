@@ -610,6 +610,7 @@ def bench_upload(kind, mode_name, client, workdir, cfg):
         secs = sorted(r["seconds"] for r in timed_runs)
         result["seconds"] = secs[len(secs) // 2]
         result["best_seconds"] = secs[0]
+        result["seconds_runs"] = [round(r["seconds"], 4) for r in timed_runs]
         result["mib_per_s"] = round(size / MIB / result["seconds"], 1)
         result["gb_per_s"] = round(size / 1e9 / result["seconds"], 3)
         result["checked"] = result["runs"][-1].get("check") == "ok" and \
@@ -919,6 +920,15 @@ def render_markdown(results):
                                                 t["value"]))
         lines.append("")
     notes = results["survey"]["missing"] + results["survey"]["notes"] + results["notes"]
+    for kind, parts in results.get("transfers", {}).items():
+        for part, r in parts.items():
+            if r.get("invalid"):
+                notes.append("%s, %s: %s" % (KIND_LABEL[kind], part, r["invalid"]))
+            if r.get("timed_out_after"):
+                notes.append("%s, %s (%g MiB): no answer within %.0f s (timeout)" % (
+                    KIND_LABEL[kind], part, r.get("size_mib", 0), r["timed_out_after"]))
+            elif r.get("error") and not r.get("seconds"):
+                notes.append("%s, %s failed: %s" % (KIND_LABEL[kind], part, r["error"]))
     if notes:
         lines += ["## Notes", ""] + ["- " + n for n in notes] + [""]
     return "\n".join(lines)
@@ -968,7 +978,15 @@ def main(argv=None):
     parser.add_argument("--flup-full-timeout", type=float, default=30.0,
                         help="full mode also tries flup at the full download size, this long")
     parser.add_argument("--output", default=str(BENCH / "results"))
+    parser.add_argument("--render", metavar="JSON",
+                        help="only print the Markdown report of an earlier run's JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            results = json.load(f)
+        results["targets"] = evaluate_targets(results)
+        print(render_markdown(results))
+        return 0
     cfg = Config(args.quick, args)
     only = set(args.only.split(","))
     started = time.time()
@@ -1048,12 +1066,6 @@ def main(argv=None):
                     log("    %s" % scf[kind])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    for kind, parts in results.get("transfers", {}).items():
-        for part, r in parts.items():
-            if r.get("invalid"):
-                notes.append("%s, %s: %s" % (KIND_LABEL[kind], part, r["invalid"]))
-            if r.get("error") and not r.get("seconds"):
-                notes.append("%s, %s failed: %s" % (KIND_LABEL[kind], part, r["error"]))
     results["elapsed_seconds"] = round(time.time() - started, 1)
     results["targets"] = evaluate_targets(results)
     md = render_markdown(results)
