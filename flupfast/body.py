@@ -43,9 +43,6 @@ class InputStream:
         if not chunk:
             self._eof = True
             return False
-        if self._pos >= INPUT_COMPACT_THRESHOLD and self._pos * 2 >= len(self._buf):
-            del self._buf[:self._pos]
-            self._pos = 0
         self._buf += chunk
         return True
 
@@ -57,6 +54,10 @@ class InputStream:
             # Everything handed out: reuse the buffer from its start without a memmove.
             self._pos = 0
             del self._buf[:]
+        elif self._pos >= INPUT_COMPACT_THRESHOLD and self._pos * 2 >= len(self._buf):
+            # Only here, between calls, where no caller holds an offset into the buffer.
+            del self._buf[:self._pos]
+            self._pos = 0
         return data
 
     # -- the file API -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
@@ -24,6 +25,8 @@ from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
 logger = logging.getLogger('flupfast')
+
+_INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
 
 # One receive buffer per thread, reused by every connection that thread serves: allocating and
 # zeroing 256 KiB per accepted connection costs more than a small request. Safe because the
@@ -110,13 +113,14 @@ class StdoutStream:
 
     def __init__(self, conn, req):
         self._conn = conn
-        self._req = req
+        # Weak: a strong reference back to the request would make a cycle per request.
+        self._req = weakref.ref(req)
         self.dataWritten = False
         self.closed = False
 
     def write_parts(self, parts, hold=False):
-        req = self._req
-        if req.aborted:
+        req = self._req()
+        if req is None or req.aborted:
             return  # the web server gave up on this request: nothing reads the bytes
         buffers = []
         for part in parts:
@@ -146,7 +150,7 @@ class StdoutStream:
         self.closed = True
         if not self.dataWritten:
             return []
-        return [fcgi.encode_record(self.record_type, self._req.requestId)]
+        return [fcgi.encode_record(self.record_type, self._req().requestId)]
 
     def close(self):
         self._conn.send(self.end_buffers())
@@ -176,9 +180,10 @@ class StderrStream(StdoutStream):
 
     def end_buffers(self):
         buffers = []
-        if self._held and not self._req.aborted:
+        req = self._req()
+        if self._held and not req.aborted:
             held, self._held = self._held, []
-            buffers = _impl.frame_stdout(self._req.requestId, b''.join(held),
+            buffers = _impl.frame_stdout(req.requestId, b''.join(held),
                                          self._conn.max_content, self.record_type)
             self.dataWritten = True
         return buffers + super().end_buffers()
@@ -254,6 +259,7 @@ class FastCGIRequest:
         # Input not yet read by the app: deques filled by this thread, or, when multiplexed,
         # spools filled by the connection's reading thread.
         self._pending = conn.new_pending()
+        self._sources = []
         self._ended = {fcgi.FCGI_STDIN: False, fcgi.FCGI_DATA: False}
         self.stdin = conn.open_input(self, fcgi.FCGI_STDIN)
         self._data = None
@@ -289,6 +295,28 @@ class FastCGIRequest:
 
     def _end(self, appStatus=0, protocolStatus=fcgi.FCGI_REQUEST_COMPLETE):
         self._conn.end_request(self, appStatus, protocolStatus)
+
+
+class _StreamSource:
+    """``pull()`` for one input stream of a non-multiplexed request. ``detach`` at the end of
+    the request drops the references that would otherwise keep request, streams and
+    connection in a cycle only the garbage collector can free (a cost on every request).
+    """
+
+    __slots__ = ('_conn', '_req', '_stream_type')
+
+    def __init__(self, conn, req, stream_type):
+        self._conn = conn
+        self._req = req
+        self._stream_type = stream_type
+
+    def __call__(self):
+        if self._req is None:
+            return b''
+        return self._conn._pull(self._req, self._stream_type)
+
+    def detach(self):
+        self._conn = self._req = None
 
 
 class FastCGIConnection(Connection):
@@ -330,7 +358,9 @@ class FastCGIConnection(Connection):
     def open_input(self, req, stream_type):
         if self.multiplexed:
             return _impl.InputStream(req._pending[stream_type].pull)
-        return _impl.InputStream(lambda: self._pull(req, stream_type))
+        source = _StreamSource(self, req, stream_type)
+        req._sources.append(source)
+        return _impl.InputStream(source)
 
     def _pull(self, req, stream_type):
         """The next chunk of one of ``req``'s input streams; reads the socket only when the app
@@ -344,7 +374,8 @@ class FastCGIConnection(Connection):
                 raise ClientDisconnected('the web server closed the connection before the '
                                          'end of FCGI_%s' % ('STDIN' if stream_type ==
                                                              fcgi.FCGI_STDIN else 'DATA'))
-            while self._events and not pending:
+            ended = req._ended
+            while self._events and not pending and not ended[stream_type]:
                 self._dispatch(self._events.popleft())
         return pending.popleft()
 
@@ -496,21 +527,33 @@ class FastCGIConnection(Connection):
         if self.multiplexed:
             self._end_multiplexed(req)
             return
-        if not req.keep_conn or (self.max_requests is not None
-                                 and self.served >= self.max_requests):
-            self._requests.pop(req.requestId, None)
-            if req._ended[fcgi.FCGI_STDIN] and not self._events and not self._parser.pending:
-                self.close()  # nothing unread: a plain close sends FIN, not RST
-            else:
-                self.linger_close()
-            return
-        # KEEP_CONN: the stream must be at its end before the next request's records.
         try:
+            if not req.keep_conn or (self.max_requests is not None
+                                     and self.served >= self.max_requests):
+                self._requests.pop(req.requestId, None)
+                self._discard_queued_input(req)
+                if req._ended[fcgi.FCGI_STDIN] and not self._events and not self._parser.pending:
+                    self.close()  # nothing unread: a plain close sends FIN, not RST
+                else:
+                    self.linger_close()
+                return
+            # KEEP_CONN: the stream must be at its end before the next request's records.
             req.stdin.drain()
             if req.role == fcgi.FCGI_FILTER:
                 req.data.drain()
         finally:
             self._requests.pop(req.requestId, None)
+            for source in req._sources:
+                source.detach()
+
+    def _discard_queued_input(self, req):
+        """Take the request's input records already received (typically the empty STDIN that
+        came with the body), so that closing needs no lingering read."""
+        events = self._events
+        while events and events[0][1] == req.requestId and events[0][0] in _INPUT_TYPES:
+            record_type, _, payload = events.popleft()
+            if not payload:
+                req._ended[record_type] = True
 
     def _end_multiplexed(self, req):
         with self._send_lock:

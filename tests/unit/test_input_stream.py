@@ -145,3 +145,31 @@ def test_spool_abort_wakes_reader(backend):
     threading.Timer(0.05, spool.abort).start()
     with pytest.raises(ClientDisconnected):
         stream.read(1)
+
+
+@pytest.mark.parametrize('chunk', [8184, 65528, 262144])
+def test_large_body_read_sizes_and_lines_exact(backend, chunk):
+    # Bodies past the compaction threshold: every read(n) returns exactly n bytes and every
+    # readline() exactly one line, whatever the pull size.
+    line = b'%06d ' % 0 + b'z' * 200 + b'\n'
+    body = b''.join(b'%06d ' % i + b'z' * 200 + b'\n' for i in range(20000))  # ~4 MiB
+    stream = backend.InputStream(puller(body, chunk))
+    sizes = []
+    while True:
+        piece = stream.read(65536)
+        if not piece:
+            break
+        sizes.append(len(piece))
+    assert sizes[:-1] == [65536] * (len(sizes) - 1) and sum(sizes) == len(body)
+    stream = backend.InputStream(puller(body, chunk))
+    lines = list(stream)
+    assert len(lines) == 20000 and lines[0] == line and b''.join(lines) == body
+    stream = backend.InputStream(puller(body, chunk))
+    out = []
+    while True:
+        piece = stream.readline(1000)
+        if not piece:
+            break
+        assert len(piece) <= 1000
+        out.append(piece)
+    assert len(out) == 20000 and b''.join(out) == body
