@@ -413,3 +413,16 @@ def test_cgi_fallback_request(tmp_path):
 
 
 logging.getLogger('flupfast').setLevel(logging.DEBUG)
+
+
+def test_pipelined_keep_conn_requests_in_one_send(use_backend):
+    # The next request's BEGIN arrives in the same recv as this one's body: it must wait for
+    # its turn, not be taken for a duplicate BEGIN_REQUEST (found by the bench).
+    harness = Harness(echo)
+    sock = harness.connect()
+    sock.sendall(b''.join(request_bytes('/', body=b'p' * (i * 1000), keep_conn=True)
+                          for i in range(50)))
+    for i in range(50):
+        assert read_response(sock).body.endswith(b' %d' % (i * 1000))
+    sock.close()
+    harness.join()
