@@ -118,6 +118,25 @@ def notify_parent(parent_sock, status):
             return False
 
 
+def _child_poller(listen_sock, parent_sock):
+    """What the child waits on. On Linux, epoll with EPOLLEXCLUSIVE on the shared listening
+    socket wakes one idle child per connection instead of all of them (the thundering herd
+    costs every child a wake-up and a failed accept per request)."""
+    exclusive = getattr(select, 'EPOLLEXCLUSIVE', 0)
+    if hasattr(select, 'epoll') and exclusive:
+        poller = select.epoll()
+        try:
+            poller.register(listen_sock, select.EPOLLIN | exclusive)
+        except OSError:  # kernels before 4.5
+            poller.register(listen_sock, select.EPOLLIN)
+        poller.register(parent_sock, select.EPOLLIN)
+        return poller
+    poller = select.poll()
+    poller.register(listen_sock, select.POLLIN)
+    poller.register(parent_sock, select.POLLIN)
+    return poller
+
+
 def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed,
                 max_requests=0, client_timeout=None):
     """The child's loop: wait for a connection or word from the parent, accept, check the
@@ -133,9 +152,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     Every input is explicit and per-iteration work is kept small: this is the hot loop, and
     it is the one the compiled twin reimplements.
     """
-    poller = select.poll()
-    poller.register(listen_sock, select.POLLIN)
-    poller.register(parent_sock, select.POLLIN)
+    poller = _child_poller(listen_sock, parent_sock)
     parent_fd = parent_sock.fileno()
     accept = listen_sock.accept
     tcp = is_tcp(listen_sock)
@@ -278,12 +295,20 @@ class PreforkMode(LoopControl):
             selector.register(signals, selectors.EVENT_READ, None)
             while self.keep_going:
                 self._tend_pool(sock)
-                for key, _ in selector.select(PARENT_TICK):
-                    if key.data is None:
-                        signals.drain()
-                    else:
-                        self._read_status(key.data)
-                self.reap_children()
+                ready = selector.select(PARENT_TICK)
+                reap = not ready  # the periodic tick reaps as a safety net
+                while ready:
+                    for key, _ in ready:
+                        if key.data is None:
+                            signals.drain()
+                            reap = True  # SIGCHLD (or another signal)
+                        elif not self._read_status(key.data):
+                            reap = True  # a child closed its end
+                    # Read every report already waiting before judging the pool: acting on
+                    # a stale "busy" forks children that are retired a moment later.
+                    ready = selector.select(0)
+                if reap:
+                    self.reap_children()
         finally:
             if not self._in_child:
                 # Also on an unexpected error: never leave children behind.
@@ -313,19 +338,21 @@ class PreforkMode(LoopControl):
                     break
 
     def _read_status(self, child):
+        """Take a child's pending reports; returns False when the child has gone."""
         if child.sock is None:
-            return  # released earlier in this round
+            return False  # released earlier in this round
         try:
             data = child.sock.recv(64)  # all pending reports: the last one is current
         except BlockingIOError:
-            return
+            return True
         except OSError:
             data = b""  # ECONNRESET: the child is gone
         if data:
             if child.state != EXITING:
                 child.state = BUSY if data[-1:] == STATUS_BUSY else IDLE
-        else:
-            self._release(child)  # EOF: the child exited (or is exiting)
+            return True
+        self._release(child)  # EOF: the child exited (or is exiting)
+        return False
 
     def _release(self, child):
         """Close the parent's end of a child's socket; the child is EXITING until reaped."""
