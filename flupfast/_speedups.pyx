@@ -1,0 +1,40 @@
+# cython: language_level=3
+# cython: auto_pickle=False
+# cython: embedsignature=True
+# cython: cdivision=True
+"""The compiled twins of flupfast's hot path, one extension built from per-concern .pxi files.
+
+Each public name here has a pure-Python twin with the same name, signature, results and errors
+(protocols/fastcgi.py, body.py); only flupfast._impl picks between them, and tests run both.
+Errors and constants are imported from the pure modules, never redefined.
+"""
+# cdivision: the only divisions are of non-negative sizes by positive ones.
+# boundscheck and wraparound stay at their safe defaults: the hot loops index no Python objects
+# or typed memoryviews but raw pointers, each access guarded by an explicit length check beside
+# it (and covered by the byte-at-a-time and fuzz tests), so the checks cost nothing there.
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport (
+    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE)
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.unicode cimport (
+    PyUnicode_1BYTE_DATA, PyUnicode_DecodeLatin1, PyUnicode_GET_LENGTH)
+from libc.string cimport memchr, memcmp, memcpy
+
+
+cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
+    # Declared here rather than cimported from cpython.number: with exc=NULL an int too large
+    # for Py_ssize_t saturates instead of raising, as Python's own size arguments do.
+    Py_ssize_t PyNumber_AsSsize_t(object o, PyObject *exc) except? -1
+    object PyNumber_Index(object o)
+
+
+include "_cython/fastcgi.pxi"
+include "_cython/body.pxi"
