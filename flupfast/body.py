@@ -127,7 +127,8 @@ class InputStream:
             chunk = self._pull()
             if not chunk:
                 self._eof = True
-            drained += len(chunk)
+            else:
+                drained += len(chunk)
         return drained
 
     @property

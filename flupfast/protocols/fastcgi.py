@@ -172,6 +172,8 @@ def frame_stdout(request_id, data, max_content, record_type=FCGI_STDOUT):
     must be a multiple of 8 in 8..65528 so that only the last record needs padding.
     Empty ``data`` gives an empty list (the end-of-stream record is ``encode_record``).
     """
+    if max_content <= 0:
+        raise ValueError('max_content must be positive, not %r' % (max_content,))
     view = memoryview(data)
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast('B')

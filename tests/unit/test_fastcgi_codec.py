@@ -180,3 +180,8 @@ def test_any_bytes_parse_or_raise_protocol_error_and_twins_agree(data, cut):
     kinds = {o[0] for o in outcomes}
     assert len(kinds) == 1, outcomes
     assert all(o == outcomes[0] for o in outcomes)
+
+
+def test_frame_stdout_rejects_nonpositive_sizes(backend):
+    with pytest.raises(ValueError, match='max_content must be positive'):
+        backend.frame_stdout(1, b'abc', 0)

@@ -173,3 +173,9 @@ def test_large_body_read_sizes_and_lines_exact(backend, chunk):
         assert len(piece) <= 1000
         out.append(piece)
     assert len(out) == 20000 and b''.join(out) == body
+
+
+def test_drain_accepts_any_false_end_marker(backend):
+    chunks = [b'abc', None]
+    stream = backend.InputStream(lambda: chunks.pop(0))
+    assert stream.drain() == 3
