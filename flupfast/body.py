@@ -9,7 +9,7 @@ import collections
 import tempfile
 import threading
 
-from flupfast.limits import INPUT_COMPACT_THRESHOLD, SPOOL_MEMORY_LIMIT
+from flupfast.limits import SPOOL_MEMORY_LIMIT
 
 
 class ClientDisconnected(ConnectionError):
@@ -19,76 +19,120 @@ class ClientDisconnected(ConnectionError):
 class InputStream:
     """A file-like, read-only request body that pulls data on demand.
 
-    ``read``, ``readline`` and iteration are linear in the bytes returned: the buffer is a
-    ``bytearray`` compacted only past a threshold, and ``readline`` never rescans what it
-    already searched (flup's is quadratic on long lines). ``readline(size)`` returns at most
-    ``size`` bytes and ``read(None)`` reads everything (both differ from flup, which breaks
-    there).
+    Unread bytes stay in the last pulled chunk (as bytes) with an offset, so a line or a read
+    within one chunk costs one slice; reads that span chunks join their pieces once. Every
+    method is linear in the bytes it returns (flup's ``readline`` is quadratic on long lines).
+    ``readline(size)`` returns at most ``size`` bytes and ``read(None)`` reads everything
+    (both differ from flup, which breaks there).
     """
 
     def __init__(self, pull):
         self._pull = pull
-        self._buf = bytearray()
+        self._chunk = b''
         self._pos = 0
         self._eof = False
         self.bytes_read = 0  # handed to the app so far
 
-    # -- internals --------------------------------------------------------------------------
+    def _keep_unread(self, parts):
+        """After ``pull()`` raised mid-read: what was gathered stays unread for the next call."""
+        self._chunk = b''.join(parts) + self._chunk[self._pos:]
+        self._pos = 0
 
-    def _fill(self):
-        """Append one more chunk; returns False at the end of the body."""
+    def _next_chunk(self):
+        """Make the next pulled chunk current; returns False at the end of the body."""
         if self._eof:
             return False
         chunk = self._pull()
         if not chunk:
             self._eof = True
             return False
-        self._buf += chunk
+        if type(chunk) is not bytes:
+            chunk = bytes(chunk)  # a bytearray or view may be a reused receive buffer
+        self._chunk = chunk
+        self._pos = 0
         return True
 
-    def _take(self, end):
-        data = bytes(self._buf[self._pos:end])
-        self._pos = end
+    def read(self, size=-1):
+        chunk = self._chunk
+        pos = self._pos
+        if size is None or size < 0:
+            parts = [chunk[pos:]]
+            self._pos = len(chunk)
+            try:
+                while self._next_chunk():
+                    parts.append(self._chunk)
+                    self._pos = len(self._chunk)
+            except BaseException:
+                self._keep_unread(parts)
+                raise
+            self._chunk = b''
+            self._pos = 0
+            data = b''.join(parts)
+        elif pos + size <= len(chunk):
+            self._pos = pos + size
+            data = chunk[pos:pos + size]
+        else:
+            parts = [chunk[pos:]]
+            need = size - (len(chunk) - pos)
+            self._pos = len(chunk)
+            try:
+                while need > 0 and self._next_chunk():
+                    chunk = self._chunk
+                    if len(chunk) >= need:
+                        parts.append(chunk[:need])
+                        self._pos = need
+                        need = 0
+                    else:
+                        parts.append(chunk)
+                        self._pos = len(chunk)
+                        need -= len(chunk)
+            except BaseException:
+                self._keep_unread(parts)
+                raise
+            data = b''.join(parts)
         self.bytes_read += len(data)
-        if self._pos == len(self._buf):
-            # Everything handed out: reuse the buffer from its start without a memmove.
-            self._pos = 0
-            del self._buf[:]
-        elif self._pos >= INPUT_COMPACT_THRESHOLD and self._pos * 2 >= len(self._buf):
-            # Only here, between calls, where no caller holds an offset into the buffer.
-            del self._buf[:self._pos]
-            self._pos = 0
         return data
 
-    # -- the file API -----------------------------------------------------------------------
-
-    def read(self, size=-1):
-        if size is None or size < 0:
-            while self._fill():
-                pass
-            return self._take(len(self._buf))
-        want = self._pos + size
-        while len(self._buf) < want and self._fill():
-            pass
-        return self._take(min(want, len(self._buf)))
-
     def readline(self, size=-1):
-        if size is None:
+        chunk = self._chunk
+        pos = self._pos
+        if size is None or size < 0:
+            # The common case, kept short: an unbounded line that ends in the current chunk.
+            found = chunk.find(b'\n', pos) + 1
+            if found:
+                self._pos = found
+                self.bytes_read += found - pos
+                return chunk[pos:found]
             size = -1
-        if size == 0:
+        elif size == 0:
             return b''
-        scan = self._pos
-        while True:
-            end = len(self._buf)
-            limit = end if size < 0 else min(end, self._pos + size)
-            found = self._buf.find(b'\n', scan, limit)
-            if found >= 0:
-                return self._take(found + 1)
-            if size >= 0 and limit - self._pos >= size:
-                return self._take(limit)
-            scan = end
-            if not self._fill():
-                return self._take(len(self._buf))
+        limit = len(chunk) if size < 0 else min(len(chunk), pos + size)
+        found = chunk.find(b'\n', pos, limit)
+        if found >= 0 or limit < len(chunk):
+            end = found + 1 if found >= 0 else limit
+            self._pos = end
+            self.bytes_read += end - pos
+            return chunk[pos:end]
+        # The line goes on in the next chunks: search only the new bytes of each.
+        parts = [chunk[pos:]]
+        got = len(chunk) - pos
+        self._pos = len(chunk)
+        try:
+            while (size < 0 or got < size) and self._next_chunk():
+                chunk = self._chunk
+                limit = len(chunk) if size < 0 else min(len(chunk), size - got)
+                found = chunk.find(b'\n', 0, limit)
+                end = found + 1 if found >= 0 else limit
+                parts.append(chunk[:end])
+                self._pos = end
+                got += end
+                if found >= 0:
+                    break
+        except BaseException:
+            self._keep_unread(parts)
+            raise
+        self.bytes_read += got
+        return b''.join(parts)
 
     def readlines(self, hint=-1):
         if hint is None or hint <= 0:
@@ -120,8 +164,8 @@ class InputStream:
 
     def drain(self):
         """Discard the rest of the body (before a connection is reused); returns its size."""
-        drained = len(self._buf) - self._pos
-        del self._buf[:]
+        drained = len(self._chunk) - self._pos
+        self._chunk = b''
         self._pos = 0
         while not self._eof:
             chunk = self._pull()

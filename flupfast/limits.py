@@ -26,9 +26,6 @@ DEFAULT_MAXWRITE = 65536
 # recv_into buffer per connection: large enough to take several 64 KiB records per syscall.
 RECV_BUFFER_SIZE = 256 * 1024
 
-# Compact the input stream's buffer only past this many consumed bytes (amortises memmove).
-INPUT_COMPACT_THRESHOLD = 256 * 1024
-
 # Multiplexed FastCGI reads ahead of the app; a request body beyond this many bytes moves from
 # memory to an anonymous temporary file so memory stays flat for a 1 GB upload.
 SPOOL_MEMORY_LIMIT = 1 << 20

@@ -71,36 +71,45 @@ _PADDING = bytes(8)
 _STREAM_TYPES = (FCGI_STDIN, FCGI_DATA)
 
 
+_LONG_LENGTH = struct.Struct('!L').unpack_from
+
+
 def decode_params(data, max_pairs=MAX_PARAMS_PAIRS):
     """Decode a whole PARAMS stream (spec 3.4 name-value pairs) into a dict of latin-1 str.
 
     A length below 128 takes one byte; otherwise four, with the high bit set.
     """
+    if type(data) is not bytes:
+        data = bytes(data)
     params = {}
     pos = 0
     end = len(data)
     while pos < end:
-        lengths = []
-        for _ in range(2):
-            if pos >= end:
+        name_len = data[pos]
+        if name_len & 0x80:
+            if pos + 4 > end:
                 raise FastCGIError('truncated name-value pair length in PARAMS')
-            first = data[pos]
-            if first & 0x80:
-                if pos + 4 > end:
-                    raise FastCGIError('truncated name-value pair length in PARAMS')
-                lengths.append(((first & 0x7F) << 24) | (data[pos + 1] << 16)
-                               | (data[pos + 2] << 8) | data[pos + 3])
-                pos += 4
-            else:
-                lengths.append(first)
-                pos += 1
-        name_len, value_len = lengths
-        if pos + name_len + value_len > end:
+            name_len = _LONG_LENGTH(data, pos)[0] & 0x7FFFFFFF
+            pos += 4
+        else:
+            pos += 1
+        if pos >= end:
+            raise FastCGIError('truncated name-value pair length in PARAMS')
+        value_len = data[pos]
+        if value_len & 0x80:
+            if pos + 4 > end:
+                raise FastCGIError('truncated name-value pair length in PARAMS')
+            value_len = _LONG_LENGTH(data, pos)[0] & 0x7FFFFFFF
+            pos += 4
+        else:
+            pos += 1
+        value_start = pos + name_len
+        value_end = value_start + value_len
+        if value_end > end:
             raise FastCGIError('name-value pair runs past the end of PARAMS')
-        name = bytes(data[pos:pos + name_len]).decode('latin-1')
-        pos += name_len
-        params[name] = bytes(data[pos:pos + value_len]).decode('latin-1')
-        pos += value_len
+        params[data[pos:value_start].decode('latin-1')] = \
+            data[value_start:value_end].decode('latin-1')
+        pos = value_end
         if len(params) > max_pairs:
             raise FastCGIError('more than %d name-value pairs in PARAMS' % max_pairs)
     return params

@@ -102,7 +102,24 @@ class _ModeFacade(object):
         self._servingMode.signals.restore()
 
 
-class SingleServer(_ModeFacade):
+class _AcceptLoopFacade(_ModeFacade):
+    """The hooks flup's accept-loop servers (single and threaded) add to the shared ones."""
+
+    def _mainloopPeriodic(self):
+        """
+        Called after (nearly) every iteration of the main loop. Meant to be overridden.
+        """
+        pass
+
+    def _exit(self, reload=False):
+        """
+        Protected convenience method for subclasses to force an exit. Safe from any thread
+        (flup's was not).
+        """
+        self._servingMode.stop(reload)
+
+
+class SingleServer(_AcceptLoopFacade):
     """Serves one connection at a time, in the thread that calls run()."""
 
     def __init__(self, jobClass=None, jobArgs=(), **kw):
@@ -117,16 +134,3 @@ class SingleServer(_ModeFacade):
         True if the loop was exited because of SIGHUP, False otherwise.
         """
         return self._runMode(sock, timeout)
-
-    def _mainloopPeriodic(self):
-        """
-        Called after (nearly) every iteration of the main loop. Meant to be overridden.
-        """
-        pass
-
-    def _exit(self, reload=False):
-        """
-        Protected convenience method for subclasses to force an exit. Safe from any thread
-        (flup's was not).
-        """
-        self._servingMode.stop(reload)

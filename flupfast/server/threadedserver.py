@@ -4,13 +4,13 @@ A thin adapter over flupfast.serving.threaded (accept loop, pool hand-off, bound
 it maps flup's camelCase hooks and attributes only. No serving logic here.
 """
 from flupfast.serving.threaded import ThreadedMode
-from flupfast.server.singleserver import _ModeFacade
+from flupfast.server.singleserver import _AcceptLoopFacade
 from flupfast.server.threadpool import ThreadPool
 
 __all__ = ['ThreadedServer']
 
 
-class ThreadedServer(_ModeFacade):
+class ThreadedServer(_AcceptLoopFacade):
     """Accepts connections in the thread that calls run() and serves each in a thread of a
     ThreadPool; extra keyword arguments (minSpare, maxSpare, maxThreads) go to the pool, which
     starts its threads here, at construction, as flup's does."""
@@ -32,16 +32,3 @@ class ThreadedServer(_ModeFacade):
         """Stop the loop if it is still running and wait for running jobs to finish, for a
         few seconds at most (flup waits forever for kept-alive connections)."""
         self._servingMode.shutdown()
-
-    def _mainloopPeriodic(self):
-        """
-        Called after (nearly) every iteration of the main loop. Meant to be overridden.
-        """
-        pass
-
-    def _exit(self, reload=False):
-        """
-        Protected convenience method for subclasses to force an exit. Safe from any thread
-        (flup's was not).
-        """
-        self._servingMode.stop(reload)
