@@ -1,5 +1,6 @@
 """Typed surface of the compiled twins (flupfast/_speedups.pyx); each name matches its pure twin
 in flupfast.protocols.fastcgi or flupfast.body, which document the behaviour."""
+import socket
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from typing_extensions import Buffer  # PEP 688; collections.abc.Buffer from Python 3.12
@@ -35,3 +36,13 @@ class InputStream:
     def drain(self) -> int: ...
     @property
     def at_eof(self) -> bool: ...
+
+def serve_child(
+    listen_sock: socket.socket,
+    parent_sock: socket.socket,
+    job_class: Callable[..., Any],
+    job_args: Tuple[Any, ...],
+    is_client_allowed: Callable[[Any], bool],
+    max_requests: int = ...,
+    client_timeout: Optional[float] = ...,
+) -> None: ...

@@ -5,7 +5,7 @@
 """The compiled twins of flupfast's hot path, one extension built from per-concern .pxi files.
 
 Each public name here has a pure-Python twin with the same name, signature, results and errors
-(protocols/fastcgi.py, body.py); only flupfast._impl picks between them, and tests run both.
+(protocols/fastcgi.py, body.py, serving/prefork.py); only flupfast._impl picks between them, and tests run both.
 Errors and constants are imported from the pure modules, never redefined.
 """
 # cdivision: the only divisions are of non-negative sizes by positive ones.
@@ -16,6 +16,7 @@ Errors and constants are imported from the pure modules, never redefined.
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.bytes cimport (
     PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE)
 from cpython.list cimport PyList_New, PyList_SET_ITEM
@@ -38,3 +39,4 @@ cdef extern from "Python.h":
 
 include "_cython/fastcgi.pxi"
 include "_cython/body.pxi"
+include "_cython/prefork.pxi"

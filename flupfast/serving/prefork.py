@@ -441,9 +441,11 @@ class PreforkMode(LoopControl):
         random.seed()  # do not share the parent's random sequence (flup :374-384)
 
     def _child(self, sock, parent_sock):
-        """The child's main loop: ``serve_child`` with this mode's settings."""
-        serve_child(sock, parent_sock, self.job_class, self.job_args, self.is_client_allowed,
-                    self.max_requests, self.sock_timeout or None)
+        """The child's main loop: ``serve_child`` (the backend's twin) with this mode's
+        settings."""
+        from flupfast import _impl  # here: _impl imports this module for the pure twin
+        _impl.serve_child(sock, parent_sock, self.job_class, self.job_args,
+                          self.is_client_allowed, self.max_requests, self.sock_timeout or None)
 
     # -- shutdown ------------------------------------------------------------------------------
 

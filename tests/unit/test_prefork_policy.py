@@ -185,20 +185,37 @@ def recv_exact(sock, size):
     return data
 
 
-def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True):
+def _compiled_serve_child():
+    from tests.conftest import COMPILED_ERROR, compiled_required
+    try:
+        from flupfast._speedups import serve_child as compiled
+    except ImportError:
+        if compiled_required():
+            pytest.fail('the compiled backend is required: %s' % COMPILED_ERROR)
+        pytest.skip('flupfast._speedups is not built')
+    return compiled
+
+
+@pytest.fixture(params=['py', 'cy'])
+def child_loop(request):
+    """The child loop of one backend: the pure serve_child or its compiled twin."""
+    return serve_child if request.param == 'py' else _compiled_serve_child()
+
+
+def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True, loop=serve_child):
     listen = ListenPair(tmp_path)
     parent, child = socket.socketpair()
     child.setblocking(False)
     CountingJob.seen_limits = []
     CountingJob.seen_timeouts = []
-    thread = threading.Thread(target=serve_child, args=(
+    thread = threading.Thread(target=loop, args=(
         listen.sock, child, CountingJob, (b"ok",), allowed, max_requests, 5.0))
     thread.start()
     return listen, parent, child, thread
 
 
-def test_child_counts_requests_not_connections(tmp_path):
-    listen, parent, child, thread = run_child_loop(tmp_path, max_requests=3)
+def test_child_counts_requests_not_connections(tmp_path, child_loop):
+    listen, parent, child, thread = run_child_loop(tmp_path, max_requests=3, loop=child_loop)
     try:
         assert listen.request(2) == [b"ok\n", b"ok\n"]
         assert recv_exact(parent, 2) == STATUS_BUSY + STATUS_IDLE
@@ -217,14 +234,14 @@ def test_child_counts_requests_not_connections(tmp_path):
             sock.close()
 
 
-def test_child_exits_when_parent_closes_and_checks_allow_list(tmp_path):
+def test_child_exits_when_parent_closes_and_checks_allow_list(tmp_path, child_loop):
     seen = []
 
     def refuse(addr):
         seen.append(addr)
         return False
 
-    listen, parent, child, thread = run_child_loop(tmp_path, 0, allowed=refuse)
+    listen, parent, child, thread = run_child_loop(tmp_path, 0, allowed=refuse, loop=child_loop)
     try:
         with socket.socket(socket.AF_UNIX) as client:
             client.settimeout(10)
@@ -240,8 +257,8 @@ def test_child_exits_when_parent_closes_and_checks_allow_list(tmp_path):
         child.close()
 
 
-def test_unlimited_child_tells_job_none(tmp_path):
-    listen, parent, child, thread = run_child_loop(tmp_path, 0)
+def test_unlimited_child_tells_job_none(tmp_path, child_loop):
+    listen, parent, child, thread = run_child_loop(tmp_path, 0, loop=child_loop)
     try:
         assert listen.request(1) == [b"ok\n"]
         assert recv_exact(parent, 2) == STATUS_BUSY + STATUS_IDLE

@@ -1,0 +1,179 @@
+# The prefork child's accept -> serve -> report loop, compiled twin of
+# flupfast/serving/prefork.py:serve_child (same signature, same behaviour).
+#
+# What it does in C: the wait (epoll_wait with EPOLLEXCLUSIVE on the shared listening socket, the
+# GIL released) and the one-byte status reports to the parent (send(2)). The accept itself stays
+# Python's socket.accept(), which builds the address in Python's own format; the job is Python.
+
+cdef extern from "<sys/epoll.h>" nogil:
+    cdef union epoll_data_t "epoll_data":
+        int fd
+    cdef struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_create1(int flags)
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
+    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout)
+    int EPOLL_CTL_ADD
+    int EPOLL_CLOEXEC
+    unsigned int EPOLLIN
+    unsigned int EPOLLOUT
+
+cdef extern from *:
+    """
+    #include <sys/epoll.h>
+    #include <sys/socket.h>
+    #ifndef EPOLLEXCLUSIVE
+    #define EPOLLEXCLUSIVE 0
+    #endif
+    #ifndef MSG_NOSIGNAL
+    #define MSG_NOSIGNAL 0
+    #endif
+    """
+    unsigned int EPOLLEXCLUSIVE
+    int MSG_NOSIGNAL
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
+
+cdef extern from "<unistd.h>" nogil:
+    int c_close "close" (int fd)
+
+from libc.errno cimport errno, EINTR, EAGAIN, EPIPE, EINVAL
+
+cdef extern from "<errno.h>":
+    int EWOULDBLOCK
+    int ECONNRESET
+
+
+cdef int _epoll_add(int epfd, int fd, unsigned int events) except -1:
+    cdef epoll_event ev
+    ev.events = events
+    ev.data.fd = fd
+    if epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0:
+        return 0
+    if errno == EINVAL and events & EPOLLEXCLUSIVE:
+        # Kernels before 4.5 reject EPOLLEXCLUSIVE: fall back to waking every child.
+        ev.events = events & ~EPOLLEXCLUSIVE
+        if epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0:
+            return 0
+    PyErr_SetFromErrno(OSError)
+    return -1
+
+
+cdef int _wait_for(int epfd, int fd, unsigned int events) except -1:
+    """Block (without the GIL) until ``fd`` is ready; used when the parent is behind."""
+    cdef epoll_event ev
+    cdef int n
+    while True:
+        with nogil:
+            n = epoll_wait(epfd, &ev, 1, -1)
+        if n >= 0:
+            return 0
+        if errno != EINTR:
+            PyErr_SetFromErrno(OSError)
+            return -1
+        PyErr_CheckSignals()
+
+
+cdef bint _report(int parent_fd, unsigned char status, int wait_epfd) except -1:
+    """Send one status byte; False when the parent is gone (EPIPE), as notify_parent."""
+    cdef ssize_t sent
+    while True:
+        with nogil:
+            sent = c_send(parent_fd, &status, 1, MSG_NOSIGNAL)
+        if sent == 1:
+            return True
+        if errno == EPIPE or errno == ECONNRESET:
+            return False
+        if errno == EAGAIN or errno == EWOULDBLOCK:
+            _wait_for(wait_epfd, parent_fd, EPOLLOUT)
+            continue
+        if errno == EINTR:
+            PyErr_CheckSignals()
+            continue
+        PyErr_SetFromErrno(OSError)
+
+
+def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed,
+                max_requests=0, client_timeout=None):
+    """The child's loop (compiled twin of serving.prefork.serve_child): wait for a connection
+    or word from the parent, accept, check the allow-list, report busy, run the job, count its
+    requests, report idle. Returns when the parent closes its end, when the parent is gone, or
+    after ``max_requests`` requests (if positive).
+    """
+    # Imported here, not at module level: serving.prefork picks this function through _impl.
+    import os
+    import time
+    from flupfast.serving import prefork as policy
+    from flupfast.serving.listen import (ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS,
+                                         is_tcp, set_nodelay)
+    cdef int listen_fd = listen_sock.fileno()
+    cdef int parent_fd = parent_sock.fileno()
+    cdef unsigned char busy = (<bytes>policy.STATUS_BUSY)[0]
+    cdef unsigned char idle = (<bytes>policy.STATUS_IDLE)[0]
+    cdef epoll_event events[2]
+    cdef int n, i, epfd, out_epfd
+    cdef bint tcp = is_tcp(listen_sock)
+    cdef bint limited = max_requests > 0
+    cdef Py_ssize_t left = max_requests if limited else 0
+    accept = listen_sock.accept
+    has_limit_attr = hasattr(job_class, 'max_requests')
+
+    epfd = epoll_create1(EPOLL_CLOEXEC)
+    if epfd < 0:
+        PyErr_SetFromErrno(OSError)
+    out_epfd = epoll_create1(EPOLL_CLOEXEC)
+    if out_epfd < 0:
+        c_close(epfd)
+        PyErr_SetFromErrno(OSError)
+    try:
+        _epoll_add(epfd, listen_fd, EPOLLIN | EPOLLEXCLUSIVE)
+        _epoll_add(epfd, parent_fd, EPOLLIN)
+        _epoll_add(out_epfd, parent_fd, EPOLLOUT)
+        while True:
+            with nogil:
+                n = epoll_wait(epfd, events, 2, -1)
+            if n < 0:
+                if errno == EINTR:
+                    PyErr_CheckSignals()  # a Python handler may raise (SIGINT at shutdown)
+                    continue
+                PyErr_SetFromErrno(OSError)
+            for i in range(n):
+                if events[i].data.fd == parent_fd:
+                    return  # any activity from the parent (EOF) means: exit (flup :390-395)
+            try:
+                client, addr = accept()
+            except ACCEPT_RETRY_ERRORS:
+                continue  # another child won the race for this connection
+            except OSError as exc:
+                if exc.errno not in ACCEPT_EXHAUSTION_ERRNOS:
+                    raise
+                policy.logger.error("accept() failed in child %d: %s", os.getpid(), exc)
+                time.sleep(policy.ACCEPT_BACKOFF)
+                continue
+            client.settimeout(client_timeout)
+            if tcp:
+                set_nodelay(client)
+            if not is_client_allowed(addr):  # before reporting busy, as flup (:409-411)
+                client.close()
+                continue
+            _report(parent_fd, busy, out_epfd)
+            job = job_class(client, addr, *job_args)
+            if has_limit_attr or hasattr(job, 'max_requests'):
+                job.max_requests = left if limited else None
+            try:
+                served = job.run()
+            except Exception:
+                policy.logger.exception("unhandled exception in job %r", job)
+                client.close()
+                served = None
+            if limited:
+                left -= 1 if served is None else served
+                if left <= 0:
+                    return  # retire; the parent sees EOF and replaces us
+            if not _report(parent_fd, idle, out_epfd):
+                return  # parent gone
+    finally:
+        c_close(epfd)
+        c_close(out_epfd)
