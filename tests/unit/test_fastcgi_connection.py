@@ -426,3 +426,12 @@ def test_pipelined_keep_conn_requests_in_one_send(use_backend):
         assert read_response(sock).body.endswith(b' %d' % (i * 1000))
     sock.close()
     harness.join()
+
+
+def test_lying_content_length_ends_at_stdin_eof(use_backend):
+    # CONTENT_LENGTH promises more than STDIN carries: the body ends at the empty STDIN record
+    # (spec 6.2: STDIN is authoritative), it does not hang waiting for the rest.
+    harness = Harness(echo)
+    resp = harness.request('/', body=b'short', params={'CONTENT_LENGTH': '100000'})
+    assert resp.status == 200 and resp.body.endswith(b' 5')
+    harness.join()
