@@ -20,7 +20,7 @@ from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
                              MAX_OPEN_REQUESTS, RECV_BUFFER_SIZE)
-from flupfast.output import build_cgi_head, send_buffers, shutdown_quietly
+from flupfast.output import send_buffers, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
@@ -187,23 +187,6 @@ class StderrStream(StdoutStream):
                                          self._conn.max_content, self.record_type)
             self.dataWritten = True
         return buffers + super().end_buffers()
-
-
-class CGIResponder:
-    """The gateway's responder for CGI-style protocols: a ``Status:`` header block, then the
-    body, on one byte stream; headers and the first body bytes leave in one send.
-    """
-
-    __slots__ = ('_stream',)
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def send_head(self, status, headers, data, more):
-        self._stream.write_parts((build_cgi_head(status, headers), data), more)
-
-    def send_body(self, data, more):
-        self._stream.write_parts((data,), more)
 
 
 class TimeoutException(Exception):

@@ -1,5 +1,5 @@
-"""Response bytes on the wire: the CGI-style header block (FastCGI and SCGI) and the one
-helper that sends a list of buffers without copying them.
+"""Response bytes on the wire: the CGI-style header block and its responder (FastCGI and
+SCGI), and the one helper that sends a list of buffers without copying them.
 
 No WSGI logic here (that is gateway.py) and no protocol framing (that is in the codecs).
 """
@@ -48,3 +48,20 @@ def shutdown_quietly(sock, how=socket.SHUT_WR):
         sock.shutdown(how)
     except OSError:
         pass
+
+
+class CGIResponder:
+    """The gateway's responder for CGI-style protocols: a ``Status:`` header block, then the
+    body, on one byte stream; headers and the first body bytes leave in one send.
+    """
+
+    __slots__ = ('_stream',)
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def send_head(self, status, headers, data, more):
+        self._stream.write_parts((build_cgi_head(status, headers), data), more)
+
+    def send_body(self, data, more):
+        self._stream.write_parts((data,), more)
