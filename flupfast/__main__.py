@@ -6,6 +6,7 @@ With no ``--bind`` it serves the listening socket inherited on fd 0 (mod_fcgid, 
 SIGHUP re-executes the command (a reload); SIGINT and SIGTERM stop it.
 """
 import argparse
+import errno
 import html
 import importlib
 import logging
@@ -13,6 +14,10 @@ import os
 import sys
 
 import flupfast
+
+# Errors that mean "this address cannot be listened on", reported without a traceback.
+_LISTEN_ERRNOS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES, errno.ENOENT,
+                  errno.EPERM)
 
 MODES = {
     'thread': 'flupfast.server.fcgi',
@@ -126,7 +131,15 @@ def main(argv=None):
         'flupfast %s serving %s over FastCGI (%s mode, %s backend) on %s',
         flupfast.__version__, args.app or 'the demo app', args.mode, flupfast.BACKEND,
         args.bind if args.bind is not None else 'fd 0')
-    if server.run():
+    try:
+        reload = server.run()
+    except OSError as exc:
+        if exc.errno not in _LISTEN_ERRNOS:
+            raise
+        # The library raises as flup does; on the command line a sentence says it better.
+        logging.getLogger('flupfast').error('cannot listen on %s: %s', args.bind, exc.strerror)
+        return 1
+    if reload:
         # SIGHUP: start afresh with the same command line (flup leaves this to the caller).
         sys.stdout.flush()
         sys.stderr.flush()

@@ -181,3 +181,12 @@ def test_flup_constructor_contract():
     # fcgi_single ignores unknown keywords, as flup's does.
     fcgi_single.WSGIServer(None, timeout=5, maxThreads=3)
     assert fcgi_fork.WSGIServer(None, multithreaded=True).multithreaded is False
+
+
+def test_cli_reports_a_busy_address_clearly(server_factory):
+    addr = ('127.0.0.1', free_port())
+    server_factory(['--bind', '127.0.0.1:%d' % addr[1]], addr)
+    second = subprocess.run([sys.executable, '-m', 'flupfast', '--bind', '127.0.0.1:%d' % addr[1]],
+                            cwd=ROOT, capture_output=True, timeout=60)
+    assert second.returncode == 1
+    assert b'cannot listen on' in second.stderr and b'Traceback' not in second.stderr
