@@ -167,6 +167,8 @@ class InputStream:
         drained = len(self._chunk) - self._pos
         self._chunk = b''
         self._pos = 0
+        # Pulled here rather than through _next_chunk: drained bytes must never become
+        # readable, even when a later pull() raises.
         while not self._eof:
             chunk = self._pull()
             if not chunk:

@@ -513,7 +513,6 @@ class FastCGIConnection(Connection):
         try:
             if not req.keep_conn or (self.max_requests is not None
                                      and self.served >= self.max_requests):
-                self._requests.pop(req.requestId, None)
                 self._discard_queued_input(req)
                 if req._ended[fcgi.FCGI_STDIN] and not self._events and not self._parser.pending:
                     self.close()  # nothing unread: a plain close sends FIN, not RST
