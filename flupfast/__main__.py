@@ -1,8 +1,9 @@
 """``python -m flupfast``: serve a WSGI app (``module:callable``), or the built-in demo, over
-FastCGI, in the thread, fork or single mode of the flup-compatible servers.
+FastCGI, SCGI or AJP13, in the thread, fork or single mode of the flup-compatible servers.
 
-With no ``--bind`` it serves the listening socket inherited on fd 0 (mod_fcgid, lighttpd
-``bin-path``, spawn-fcgi) and falls back to one CGI request when fd 0 is not a socket.
+FastCGI with no ``--bind`` serves the listening socket inherited on fd 0 (mod_fcgid, lighttpd
+``bin-path``, spawn-fcgi) and falls back to one CGI request when fd 0 is not a socket; SCGI and
+AJP without ``--bind`` listen on flup's defaults (localhost:4000 and localhost:8009).
 SIGHUP re-executes the command (a reload); SIGINT and SIGTERM stop it.
 """
 import argparse
@@ -19,11 +20,14 @@ import flupfast
 _LISTEN_ERRNOS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES, errno.ENOENT,
                   errno.EPERM)
 
-MODES = {
-    'thread': 'flupfast.server.fcgi',
-    'fork': 'flupfast.server.fcgi_fork',
-    'single': 'flupfast.server.fcgi_single',
-}
+PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'ajp': 'AJP13'}
+MODES = ('thread', 'fork', 'single')
+
+
+def server_module(protocol, mode):
+    """The flup-compatible module serving ``protocol`` in ``mode`` (``flupfast.server.scgi_fork``)."""
+    suffix = {'thread': '', 'fork': '_fork', 'single': '_single'}[mode]
+    return 'flupfast.server.%s%s' % (protocol, suffix)
 
 
 def demo_app(environ, start_response):
@@ -87,7 +91,9 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('app', nargs='?', help='the WSGI app as module:callable '
                         '(default: the built-in demo)')
-    parser.add_argument('--mode', choices=sorted(MODES), default='thread',
+    parser.add_argument('--protocol', choices=sorted(PROTOCOLS), default='fcgi',
+                        help='what the web server speaks (default fcgi)')
+    parser.add_argument('--mode', choices=MODES, default='thread',
                         help='thread pool, prefork children, or one at a time (default thread)')
     parser.add_argument('--bind', type=parse_bind, default=None,
                         help='host:port, [v6]:port or unix:/path (default: the socket on fd 0)')
@@ -101,15 +107,27 @@ def build_parser():
                         help='fork mode: requests a child serves before it is replaced')
     parser.add_argument('--timeout', type=int, help='fork mode: seconds a request may take')
     parser.add_argument('--multiplexed', action='store_true',
-                        help='serve several requests per connection at once')
+                        help='FastCGI: serve several requests per connection at once')
+    parser.add_argument('--allowed-servers', default=None,
+                        help='SCGI/AJP: comma-separated IPv4 addresses allowed to connect '
+                        '(default: anybody)')
     parser.add_argument('--debug', action='store_true', help='show tracebacks on error pages')
     parser.add_argument('--log-level', default='INFO', help='logging level (default INFO)')
     return parser
 
 
 def server_kwargs(args):
-    kwargs = {'bindAddress': args.bind, 'umask': args.umask, 'debug': args.debug,
-              'multiplexed': args.multiplexed}
+    kwargs = {'debug': args.debug}
+    if args.protocol == 'fcgi':
+        kwargs.update(bindAddress=args.bind, umask=args.umask, multiplexed=args.multiplexed)
+    else:
+        if args.bind is not None:  # else flup's default address for the protocol
+            kwargs['bindAddress'] = args.bind
+        if args.umask is not None and args.protocol == 'scgi':  # flup's AJP has no umask
+            kwargs['umask'] = args.umask
+        if args.allowed_servers:
+            kwargs['allowedServers'] = [a.strip() for a in args.allowed_servers.split(',')]
+        kwargs['loggingLevel'] = logging.getLevelName(args.log_level.upper())
     options = {'minSpare': args.min_spare, 'maxSpare': args.max_spare}
     if args.mode == 'thread':
         options['maxThreads'] = args.max_threads
@@ -125,12 +143,16 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format='%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s')
     app = load_app(args.app) if args.app else demo_app
-    module = importlib.import_module(MODES[args.mode])
+    module = importlib.import_module(server_module(args.protocol, args.mode))
     server = module.WSGIServer(app, **server_kwargs(args))
+    if args.bind is not None:
+        where = args.bind
+    else:
+        where = 'fd 0' if args.protocol == 'fcgi' else server._bindAddress
     logging.getLogger('flupfast').info(
-        'flupfast %s serving %s over FastCGI (%s mode, %s backend) on %s',
-        flupfast.__version__, args.app or 'the demo app', args.mode, flupfast.BACKEND,
-        args.bind if args.bind is not None else 'fd 0')
+        'flupfast %s serving %s over %s (%s mode, %s backend) on %s',
+        flupfast.__version__, args.app or 'the demo app', PROTOCOLS[args.protocol], args.mode,
+        flupfast.BACKEND, where)
     try:
         reload = server.run()
     except OSError as exc:
