@@ -145,6 +145,14 @@ def main(argv=None):
     app = load_app(args.app) if args.app else demo_app
     module = importlib.import_module(server_module(args.protocol, args.mode))
     server = module.WSGIServer(app, **server_kwargs(args))
+    logger_name = getattr(server, 'LoggerName', None)
+    if logger_name:
+        # flup's SCGI/AJP loggers print through their own console handler; here the
+        # command line's handler does, so each line appears once, in one format.
+        protocol_logger = logging.getLogger(logger_name)
+        for handler in list(protocol_logger.handlers):
+            if getattr(handler, '_flupfast_console', False):
+                protocol_logger.removeHandler(handler)
     if args.bind is not None:
         where = args.bind
     else:
@@ -161,6 +169,8 @@ def main(argv=None):
         # The library raises as flup does; on the command line a sentence says it better.
         logging.getLogger('flupfast').error('cannot listen on %s: %s', args.bind, exc.strerror)
         return 1
+    if getattr(server, 'bind_error', None) is not None:
+        return 1  # SCGI/AJP log the failure themselves and return False, as flup's do
     if reload:
         # SIGHUP: start afresh with the same command line (flup leaves this to the caller).
         sys.stdout.flush()

@@ -30,9 +30,11 @@ else:
 if _speedups is not None:
     from flupfast._speedups import FastCGIParser, InputStream, frame_stdout  # noqa: F401
     from flupfast._speedups import serve_child  # noqa: F401
+    from flupfast._speedups import decode_request as decode_scgi_request  # noqa: F401
     BACKEND = "cython"
 else:
     from flupfast.protocols.fastcgi import FastCGIParser, frame_stdout  # noqa: F401
     from flupfast.body import InputStream  # noqa: F401
     from flupfast.serving.prefork import serve_child  # noqa: F401
+    from flupfast.protocols.scgi import decode_request as decode_scgi_request  # noqa: F401
     BACKEND = "python"

@@ -20,7 +20,7 @@ from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
                              MAX_OPEN_REQUESTS, RECV_BUFFER_SIZE)
-from flupfast.output import send_buffers, shutdown_quietly
+from flupfast.output import is_regular_file, send_buffers, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
@@ -55,11 +55,14 @@ class Connection:
         self._send_lock = threading.Lock()
         self.closed = False
 
-    def recv_some(self):
-        """One ``recv_into`` this thread's buffer; returns a view of the new bytes (empty at
-        EOF), valid until the next receive in this thread."""
+    def recv_some(self, limit=0):
+        """One ``recv_into`` this thread's buffer, of at most ``limit`` bytes if given;
+        returns a view of the new bytes (empty at EOF), valid until the next receive in this
+        thread."""
         buf, view = _receive_buffer()
-        return view[:self._sock.recv_into(buf)]
+        if limit > RECV_BUFFER_SIZE:
+            limit = RECV_BUFFER_SIZE
+        return view[:self._sock.recv_into(buf, limit)]
 
     def send(self, buffers, hold=False):
         """Queue ``buffers``; send everything queued unless ``hold`` and under the limit."""
@@ -74,6 +77,12 @@ class Connection:
             self._out = []
             self._out_bytes = 0
             send_buffers(self._sock, out)
+
+    def send_file(self, filelike):
+        """Send a regular file from its current position to the end (``os.sendfile``; the
+        file's position is left after the bytes sent)."""
+        with self._send_lock:
+            self._sock.sendfile(filelike, filelike.tell())
 
     def linger_close(self):
         """Half-close, discard what the peer still sends for a bounded time, then close, so
@@ -102,6 +111,44 @@ class Connection:
                 self._sock.close()
             except OSError:
                 pass
+
+
+class RawOutputStream:
+    """A response written straight onto the connection's socket (SCGI; flup's
+    ``StdoutWrapper`` over ``sock.makefile('wb')``): no framing, held parts coalesced into one
+    send, and regular files handed to the kernel with ``sendfile``.
+    """
+
+    def __init__(self, conn):
+        self._conn = conn
+        self.dataWritten = False
+
+    def write_parts(self, parts, hold=False):
+        buffers = [part for part in parts if part]
+        if buffers:
+            self.dataWritten = True
+            self._conn.send(buffers, hold)
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('latin-1')
+        self.write_parts((data,))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        self._conn.send([])
+
+    def can_send_file(self, filelike):
+        return is_regular_file(filelike)
+
+    def send_file(self, filelike):
+        """Send the rest of a regular file from its current position (``os.sendfile``)."""
+        self.flush()
+        self.dataWritten = True
+        self._conn.send_file(filelike)
 
 
 class StdoutStream:

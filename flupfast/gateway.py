@@ -193,11 +193,46 @@ class Response:
         self.responder.send_head(self.status, headers, data, more)
 
 
+    def send_file(self, filelike):
+        """Send the headers, then the rest of ``filelike`` through the responder's
+        ``send_file``; False (nothing sent) when the responder cannot take this file."""
+        if self.status is None:
+            raise AssertionError('write() before start_response()')
+        if not self.responder.can_send_file(filelike):
+            return False
+        if not self.headers_sent:
+            self.headers_sent = True
+            self.responder.send_head(self.status, self.headers, b'', False)
+        self.responder.send_file(filelike)
+        return True
+
+
 def _has_one_item(result):
     try:
         return len(result) == 1
     except TypeError:
         return False
+
+
+class FileWrapper:
+    """``wsgi.file_wrapper`` (PEP 3333): iterates a file in ``blksize`` blocks; a responder
+    that can hand a regular file to the kernel (``send_file``: ``os.sendfile`` on SCGI's raw
+    socket) sends it that way instead, without the file passing through Python."""
+
+    def __init__(self, filelike, blksize=8192):
+        self.filelike = filelike
+        self.blksize = blksize
+        if hasattr(filelike, 'close'):
+            self.close = filelike.close
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        data = self.filelike.read(self.blksize)
+        if data:
+            return data
+        raise StopIteration
 
 
 def run_application(application, environ, responder, app_lock=None):
@@ -217,6 +252,9 @@ def run_application(application, environ, responder, app_lock=None):
             try:
                 response.result = result
                 more = type(result) in (list, tuple)
+                if type(result) is FileWrapper and hasattr(responder, 'send_file'):
+                    if response.send_file(result.filelike):
+                        return True
                 for data in result:
                     if data:
                         response.send(data, more)

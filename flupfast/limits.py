@@ -11,6 +11,10 @@ MAX_PARAMS_BYTES = 1 << 20
 # Name-value pairs per request: real front ends send 20-60; 4096 allows headers galore.
 MAX_PARAMS_PAIRS = 4096
 
+# SCGI header netstring: the same room as FastCGI's PARAMS. A longer length prefix than this
+# cap's digits is rejected before the block is buffered.
+MAX_SCGI_HEADER_BYTES = MAX_PARAMS_BYTES
+
 # Requests one FastCGI connection may have begun and not yet finished sending PARAMS for:
 # front ends use one at a time; a multiplexing peer rarely more than a handful.
 MAX_OPEN_REQUESTS = 1024

@@ -3,7 +3,10 @@ SCGI), and the one helper that sends a list of buffers without copying them.
 
 No WSGI logic here (that is gateway.py) and no protocol framing (that is in the codecs).
 """
+import io
+import os
 import socket
+import stat
 
 from flupfast.limits import MAX_IOVECS
 
@@ -43,6 +46,16 @@ def send_buffers(sock, buffers):
             break
 
 
+def is_regular_file(filelike):
+    """True when ``filelike`` is a binary file on disk that ``socket.sendfile`` can send."""
+    if isinstance(filelike, io.TextIOBase):
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(filelike.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # no fileno, closed, or not a real file
+        return False
+
+
 def shutdown_quietly(sock, how=socket.SHUT_WR):
     try:
         sock.shutdown(how)
@@ -65,3 +78,11 @@ class CGIResponder:
 
     def send_body(self, data, more):
         self._stream.write_parts((data,), more)
+
+    def can_send_file(self, filelike):
+        """True when the stream is a raw socket (SCGI) and ``filelike`` a regular file."""
+        can = getattr(self._stream, 'can_send_file', None)
+        return can is not None and can(filelike)
+
+    def send_file(self, filelike):
+        self._stream.send_file(filelike)

@@ -8,13 +8,14 @@ import pytest
 
 import flupfast
 from flupfast import body, protocols
-from flupfast.protocols import fastcgi
+from flupfast.protocols import fastcgi, scgi
 
 PURE = types.SimpleNamespace(
     name='py',
     FastCGIParser=fastcgi.FastCGIParser,
     frame_stdout=fastcgi.frame_stdout,
     InputStream=body.InputStream,
+    decode_scgi_request=scgi.decode_request,
 )
 
 
@@ -28,6 +29,7 @@ def _compiled():
         FastCGIParser=_speedups.FastCGIParser,
         frame_stdout=_speedups.frame_stdout,
         InputStream=_speedups.InputStream,
+        decode_scgi_request=_speedups.decode_request,
     ), None
 
 

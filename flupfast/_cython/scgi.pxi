@@ -1,0 +1,125 @@
+# SCGI codec, compiled: the twin of flupfast/protocols/scgi.py (decode_request) with the same
+# signature, results and errors. The header netstring is scanned in place (no copy of the
+# block), names go through the FastCGI codec's name cache (_decode_name, same extension).
+# Included by flupfast/_speedups.pyx after fastcgi.pxi.
+
+from flupfast.limits import MAX_SCGI_HEADER_BYTES
+from flupfast.protocols.errors import SCGIError
+
+
+cdef int _scgi_digits(Py_ssize_t n) noexcept:
+    cdef int digits = 1
+    while n >= 10:
+        n //= 10
+        digits += 1
+    return digits
+
+
+cdef bint _all_digits(const unsigned char *p, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] < 0x30 or p[i] > 0x39:
+            return False
+    return True
+
+
+cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pairs):
+    # The pure twin's checks, in its order (see _decode_headers there).
+    cdef const unsigned char *end = p + n
+    cdef const unsigned char *name
+    cdef const unsigned char *value
+    cdef const unsigned char *nul
+    cdef Py_ssize_t fields = 0, name_len, value_len, i
+    cdef dict environ
+    cdef str key
+    cdef object length_text, scgi
+    if n == 0:
+        raise SCGIError('missing CONTENT_LENGTH (empty header block)')
+    if p[n - 1] != 0:
+        raise SCGIError('header block does not end with NUL')
+    for i in range(n):
+        if p[i] == 0:
+            fields += 1
+    if fields % 2:
+        raise SCGIError('header block has a name without a value')
+    if fields > 2 * max_pairs:
+        raise SCGIError('more than %d headers' % max_pairs)
+    environ = flupfast_dict_presized(fields // 2)
+    name = p
+    while name < end:
+        nul = <const unsigned char *>memchr(name, 0, end - name)
+        name_len = nul - name
+        value = nul + 1
+        nul = <const unsigned char *>memchr(value, 0, end - value)
+        value_len = nul - value
+        if name_len == 0:
+            raise SCGIError('empty header name')
+        key = _decode_name(name, name_len)
+        if key in environ:
+            raise SCGIError('duplicate header %r' % key)
+        environ[key] = PyUnicode_DecodeLatin1(<char *>value, value_len, NULL)
+        name = nul + 1
+    # The first pair: p[0:14] is its name when it is CONTENT_LENGTH.
+    name_len = (<const unsigned char *>memchr(p, 0, n)) - p
+    if name_len != 14 or memcmp(p, b'CONTENT_LENGTH', 14) != 0:
+        if 'CONTENT_LENGTH' in environ:
+            raise SCGIError('CONTENT_LENGTH is not the first header')
+        raise SCGIError('missing CONTENT_LENGTH')
+    length_text = environ['CONTENT_LENGTH']
+    value = p + 15
+    value_len = (<const unsigned char *>memchr(value, 0, end - value)) - value
+    if value_len == 0 or not _all_digits(value, value_len):
+        raise SCGIError('invalid CONTENT_LENGTH %r' % length_text)
+    scgi = environ.get('SCGI')
+    if scgi is None:
+        raise SCGIError('missing SCGI header')
+    if scgi != '1':
+        raise SCGIError('unsupported SCGI version %r' % scgi)
+    return environ, int(length_text)
+
+
+def decode_request(data, max_header=MAX_SCGI_HEADER_BYTES, max_pairs=MAX_PARAMS_PAIRS):
+    """Decode the header netstring at the start of ``data`` (any bytes-like).
+
+    Returns None while the netstring is incomplete, else ``(environ, content_length, used)``.
+    """
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef Py_ssize_t end, pos = 0, length = 0, start, stop
+    cdef Py_ssize_t cap = max_header
+    cdef Py_ssize_t pairs_cap = max_pairs
+    cdef int max_digits = _scgi_digits(cap)
+    cdef tuple decoded
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>view.buf
+        end = view.len
+        while pos < end and 0x30 <= p[pos] <= 0x39:
+            length = length * 10 + (p[pos] - 0x30)
+            pos += 1
+            if pos > max_digits:
+                raise SCGIError('netstring length has more than %d digits (header block cap '
+                                '%d bytes)' % (max_digits, cap))
+        if pos > 1 and p[0] == 0x30:
+            raise SCGIError('invalid netstring length %r: leading zero'
+                            % PyBytes_FromStringAndSize(<char *>p, pos))
+        if length > cap:
+            raise SCGIError('SCGI header block of %d bytes exceeds the %d-byte cap'
+                            % (length, cap))
+        if pos == end:
+            return None
+        if p[pos] != 0x3A:
+            raise SCGIError('invalid netstring length: expected digits then ":", got %r'
+                            % PyBytes_FromStringAndSize(<char *>p, min(pos + 1, 16)))
+        if pos == 0:
+            raise SCGIError('invalid netstring length: empty')
+        start = pos + 1
+        stop = start + length
+        if end <= stop:
+            return None
+        if p[stop] != 0x2C:
+            raise SCGIError('netstring not terminated by ","')
+        decoded = _scgi_headers(p + start, length, pairs_cap)
+        return decoded[0], decoded[1], stop + 1
+    finally:
+        PyBuffer_Release(&view)

@@ -1,0 +1,160 @@
+"""One SCGI connection: read the header netstring, serve the one request it carries with a
+body stream bounded by CONTENT_LENGTH, answer on the raw socket, close.
+
+The WSGI glue is gateway.py (through the server's ``handler``); the codec is
+protocols/scgi.py or its compiled twin; the socket plumbing is connection.Connection.
+Log messages and levels are flup's (logger ``scgi-wsgi``), so a site's logging keeps working.
+"""
+import datetime
+import logging
+
+from flupfast import _impl
+from flupfast.body import ClientDisconnected
+from flupfast.connection import Connection, RawOutputStream, request_deadline
+from flupfast.gateway import is_peer_gone
+from flupfast.protocols.errors import SCGIError
+
+LoggerName = 'scgi-wsgi'
+
+
+class _BodySource:
+    """``pull()`` for wsgi.input: the body bytes that came with the header, then the socket,
+    never past CONTENT_LENGTH (flup hands the app the raw socket, where a read past the body
+    waits for the web server to give up)."""
+
+    __slots__ = ('_conn', '_first', 'left')
+
+    def __init__(self, conn, first, content_length):
+        self._conn = conn
+        self._first = first
+        self.left = content_length - len(first)
+
+    def __call__(self):
+        first = self._first
+        if first:
+            self._first = None
+            return first
+        if self.left <= 0:
+            return b''
+        data = self._conn.recv_some(self.left)
+        if not data:
+            raise ClientDisconnected('the web server closed the connection with %d bytes of '
+                                     'the body (CONTENT_LENGTH) still to come' % self.left)
+        self.left -= len(data)
+        return bytes(data)
+
+
+class SCGIRequest:
+    """One SCGI request (flup's ``scgi_base.Request``: ``environ``, ``stdin``, ``stdout``
+    and ``run``, the names a ``handler``/``error`` override uses)."""
+
+    def __init__(self, conn, environ, input, output):
+        self._conn = conn
+        self.environ = environ
+        self.stdin = input
+        self.stdout = output
+        self.logger = logging.getLogger(LoggerName)
+
+    def run(self):
+        """Run the handler; on an exception log it and answer the 500 page if nothing was
+        sent yet (flup scgi_base.py:150-175)."""
+        environ = self.environ
+        logger = self.logger
+        logger.info('%s %s%s', environ['REQUEST_METHOD'], environ.get('SCRIPT_NAME', ''),
+                    environ.get('PATH_INFO', ''))
+        start = datetime.datetime.now()
+        try:
+            self._conn.server.handler(self)
+        except ClientDisconnected as exc:
+            logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
+                           environ.get('REQUEST_URI', environ.get('PATH_INFO', '')), exc)
+        except Exception as exc:
+            if is_peer_gone(exc):
+                logger.debug('the web server went away: %s', exc)
+            else:
+                logger.exception('Exception caught from handler')
+                if not self.stdout.dataWritten:
+                    self._conn.server.error(self)
+        if logger.isEnabledFor(logging.DEBUG):
+            elapsed = datetime.datetime.now() - start
+            logger.debug('%s %s%s done (%.3f secs)', environ['REQUEST_METHOD'],
+                         environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''),
+                         elapsed.total_seconds())
+
+
+class SCGIConnection(Connection):
+    """A connection from the web server: one request, then the socket is closed (scgi
+    protocol.txt; flup ``scgi_base.Connection``). ``run()`` returns the requests served."""
+
+    def __init__(self, sock, addr, server, timeout=None):
+        super().__init__(sock, addr)
+        self.server = server
+        self._timeout = timeout
+        self.logger = logging.getLogger(LoggerName)
+        self._body = None
+
+    def _timed_out(self, message):
+        self.logger.error(message.rstrip('\n'))
+
+    def run(self):
+        addr = self._addr
+        tcp = isinstance(addr, tuple) and len(addr) >= 2
+        if tcp:
+            self.logger.debug('Connection starting up (%s:%d)', addr[0], addr[1])
+        served = 0
+        try:
+            served = self._serve()
+        except SCGIError as exc:
+            self.logger.error("Protocol error '%s'", exc)
+        except (EOFError, ClientDisconnected):
+            pass
+        except OSError as exc:
+            if not is_peer_gone(exc):
+                self.logger.exception('Exception caught in Connection')
+        except Exception:
+            self.logger.exception('Exception caught in Connection')
+        finally:
+            self._finish()
+        if tcp:
+            self.logger.debug('Connection shutting down (%s:%d)', addr[0], addr[1])
+        return served
+
+    def _read_header(self):
+        """The header netstring: (environ, content_length, body bytes received with it)."""
+        data = self.recv_some()
+        if not data:
+            raise EOFError  # closed before a request: a health check, not an error
+        decoded = _impl.decode_scgi_request(data)
+        if decoded is None:
+            head = bytearray(data)  # the netstring spans receives: gather it
+            while decoded is None:
+                data = self.recv_some()
+                if not data:
+                    raise SCGIError('connection closed inside the header netstring '
+                                    '(%d bytes received)' % len(head))
+                head += data
+                decoded = _impl.decode_scgi_request(head)
+            data = head
+        environ, content_length, used = decoded
+        # Bytes beyond CONTENT_LENGTH are not ours to read: SCGI has one request per connection.
+        return environ, content_length, bytes(data[used:used + content_length])
+
+    def _serve(self):
+        environ, content_length, first = self._read_header()
+        self._body = body = _BodySource(self, first, content_length)
+        stdin = _impl.InputStream(body)
+        output = RawOutputStream(self)
+        req = self.server.requestClass(self, environ, stdin, output)
+        with request_deadline(self._timeout, self._timed_out):
+            req.run()
+        output.flush()
+        return 1
+
+    def _finish(self):
+        """Close; when body bytes may still be on the way, close lingering so the web
+        server reads our response instead of a reset."""
+        body = self._body
+        if body is not None and body.left > 0:
+            self.linger_close()
+        else:
+            self.close()

@@ -1,0 +1,105 @@
+"""What flup's SCGI and AJP bases share (``scgi_base.BaseSCGIServer`` and
+``ajp_base.BaseAJPServer`` were written alike): the module logger and its console handler,
+``allowedServers``, ``scriptName``, the listening socket, and ``run()``'s log lines.
+
+Only assembly and flup's names; the protocol work is in the connection modules and gateway.py.
+"""
+import logging
+import sys
+import threading
+
+from flupfast import gateway
+from flupfast.serving.listen import bind_listen_socket
+
+
+def install_console_handler(logger_name):
+    """flup's module-level handler: ``asctime : message`` on stderr for its logger. A site
+    that sees flup's request lines in its logs sees ours; added once per logger."""
+    logger = logging.getLogger(logger_name)
+    for handler in logger.handlers:
+        if getattr(handler, '_flupfast_console', False):
+            return handler
+    console = logging.StreamHandler()
+    console.setLevel(logging.DEBUG)
+    console.setFormatter(logging.Formatter('%(asctime)s : %(message)s', '%Y-%m-%d %H:%M:%S'))
+    console._flupfast_console = True
+    logger.addHandler(console)
+    return console
+
+
+class SCGIAJPServerBase(object):
+    """The part of BaseSCGIServer and BaseAJPServer that is the same in both."""
+
+    LoggerName = None  # set by the protocol base
+
+    def _init_common(self, application, scriptName, environ, multithreaded, multiprocess,
+                     bindAddress, umask, allowedServers, loggingLevel, debug, no_default):
+        if environ is None:
+            environ = {}
+        self.application = application
+        self.scriptName = scriptName
+        self.environ = environ
+        self.multithreaded = multithreaded
+        self.multiprocess = multiprocess
+        self.debug = debug
+        self._bindAddress = bindAddress
+        self._umask = umask
+        if allowedServers is no_default:
+            allowedServers = ['127.0.0.1']
+        self._allowedServers = allowedServers
+        # Serialises the app when it is not thread-safe (multithreaded=False).
+        self._appLock = threading.Lock()
+        self.logger = logging.getLogger(self.LoggerName)
+        self.logger.setLevel(loggingLevel)
+        self.bind_error = None  # the OSError that stopped run(), for the command line
+
+    def _setupSocket(self):
+        """Creates and binds the socket for communication with the server: a str is a Unix
+        socket path (``umask`` applies while it is created), a 2-tuple IPv4, a longer tuple
+        (host, port, flowinfo, scope_id) IPv6."""
+        return bind_listen_socket(self._bindAddress, self._umask)
+
+    def _cleanupSocket(self, sock):
+        """Closes the main socket."""
+        sock.close()
+
+    def _isClientAllowed(self, addr):
+        """allowedServers None admits anybody; otherwise an IPv4 or IPv6 peer must be listed
+        (flup admits every IPv6 peer: its check only looks at 2-tuples). Unix-socket peers are
+        admitted: the socket file's permissions decide who may connect."""
+        allowed = self._allowedServers
+        if allowed is None or not isinstance(addr, tuple) or not addr:
+            return True
+        if addr[0] in allowed:
+            return True
+        self.logger.warning('Server connection from %s disallowed', addr[0])
+        return False
+
+    def _run_logged(self, mode_run):
+        """flup's front-end ``run()``: log, set up the socket, run the mode, clean up.
+        A socket that cannot be set up is logged and run() returns False, as flup means to
+        (its ``e[1]`` raises TypeError on Python 3)."""
+        name = self.__class__.__name__
+        self.logger.info('%s starting up', name)
+        try:
+            sock = self._setupSocket()
+        except OSError as exc:
+            self.bind_error = exc
+            self.logger.error('Failed to bind socket (%s), exiting', exc.strerror or exc)
+            return False
+        try:
+            ret = mode_run(self, sock)
+        finally:
+            self._cleanupSocket(sock)
+        self.logger.info('%s shutting down%s', name,
+                         ' (reload requested)' if self._hupReceived else '')
+        return ret
+
+    def _environ_for(self, environ, stdin):
+        """flup's ``handler`` preamble: the request's variables plus ``environ=`` and wsgi.*
+        (``wsgi.errors`` is the process's stderr, as flup's)."""
+        gateway.build_environ(environ, self.environ, stdin, sys.stderr,
+                              multithread=self.multithreaded, multiprocess=self.multiprocess,
+                              run_once=False)
+        environ['wsgi.file_wrapper'] = gateway.FileWrapper
+        return environ

@@ -1,0 +1,161 @@
+"""The SCGI header netstring decoder, on both backends: the request as real web servers send
+it, any split of it, every malformed prefix or block (an SCGIError naming what is wrong,
+raised as early as the bytes allow), and the twins' agreement on arbitrary input.
+"""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flupfast.limits import MAX_SCGI_HEADER_BYTES
+from flupfast.protocols.errors import SCGIError
+from flupfast.protocols.scgi import encode_request
+
+# What nginx's stock scgi_params sends for GET /app/a%20b?x=1 (ordering kept).
+NGINX = [('CONTENT_LENGTH', '5'), ('SCGI', '1'), ('REQUEST_METHOD', 'POST'),
+         ('REQUEST_URI', '/app/a%20b?x=1'), ('QUERY_STRING', 'x=1'),
+         ('CONTENT_TYPE', 'text/plain'), ('DOCUMENT_URI', '/app/a b'),
+         ('SERVER_PROTOCOL', 'HTTP/1.1'), ('REMOTE_ADDR', '127.0.0.1'),
+         ('SERVER_NAME', 'localhost'), ('SERVER_PORT', '80'),
+         ('HTTP_HOST', 'localhost'), ('HTTP_COOKIE', 'a=\xe9')]
+
+
+def block(pairs):
+    return b''.join(n.encode('latin-1') + b'\0' + v.encode('latin-1') + b'\0'
+                    for n, v in pairs)
+
+
+def netstring(data):
+    return b'%d:%s,' % (len(data), data)
+
+
+def errors(backend, data):
+    with pytest.raises(SCGIError) as info:
+        backend.decode_scgi_request(data)
+    return str(info.value)
+
+
+def test_decodes_a_real_request_and_says_where_the_body_starts(backend):
+    wire = netstring(block(NGINX)) + b'hello'
+    environ, length, used = backend.decode_scgi_request(wire)
+    assert environ == dict(NGINX)
+    assert list(environ) == [n for n, _ in NGINX]
+    assert length == 5
+    assert wire[used:] == b'hello'
+
+
+@pytest.mark.parametrize('kind', [bytes, bytearray, memoryview])
+def test_takes_any_buffer(backend, kind):
+    wire = netstring(block(NGINX))
+    assert backend.decode_scgi_request(kind(wire))[0] == dict(NGINX)
+
+
+def test_every_prefix_is_incomplete_and_the_whole_is_complete(backend):
+    wire = netstring(block(NGINX))
+    for cut in range(len(wire)):
+        assert backend.decode_scgi_request(wire[:cut]) is None, cut
+    assert backend.decode_scgi_request(wire)[2] == len(wire)
+
+
+def test_encode_request_puts_content_length_and_scgi_first(backend):
+    wire = encode_request({'REQUEST_METHOD': 'GET'}, b'xy')
+    environ, length, used = backend.decode_scgi_request(wire)
+    assert list(environ) == ['CONTENT_LENGTH', 'SCGI', 'REQUEST_METHOD']
+    assert (length, wire[used:]) == (2, b'xy')
+
+
+def test_empty_values_and_large_content_length(backend):
+    pairs = [('CONTENT_LENGTH', '107374182400'), ('SCGI', '1'), ('QUERY_STRING', '')]
+    environ, length, _ = backend.decode_scgi_request(netstring(block(pairs)))
+    assert environ['QUERY_STRING'] == '' and length == 100 << 30
+
+
+@pytest.mark.parametrize('data, message', [
+    (b'GET / HTTP/1.1\r\n', 'expected digits then ":"'),   # HTTP sent to the SCGI port
+    (b'G', 'expected digits then ":"'),                    # ... known from its first byte
+    (b'12a:', 'expected digits then ":"'),
+    (b'-1:', 'expected digits then ":"'),
+    (b':,', 'empty'),
+    (b'01', 'leading zero'),                                # known before the ':'
+    (b'007:abcdefg,', 'leading zero'),
+    (b'12345678', 'more than 7 digits'),
+    (b'9999999:', 'exceeds the 1048576-byte cap'),
+    (b'3:abc;', 'not terminated by ","'),
+    (b'0:,', 'missing CONTENT_LENGTH'),
+])
+def test_a_malformed_netstring_is_an_error_as_early_as_possible(backend, data, message):
+    assert message in errors(backend, data)
+
+
+def test_the_cap_is_the_limit(backend):
+    assert len(str(MAX_SCGI_HEADER_BYTES)) == 7
+    wire = b'%d:' % MAX_SCGI_HEADER_BYTES
+    assert backend.decode_scgi_request(wire) is None  # at the cap: wait for the block
+    assert 'exceeds' in errors(backend, b'%d:' % (MAX_SCGI_HEADER_BYTES + 1))
+
+
+@pytest.mark.parametrize('raw, message', [
+    (b'CONTENT_LENGTH\x000\x00SCGI\x001', 'does not end with NUL'),
+    (b'CONTENT_LENGTH\x000\x00SCGI\x00', 'name without a value'),
+    (b'CONTENT_LENGTH\x000\x00\x00x\x00SCGI\x001\x00', 'empty header name'),
+    (b'SCGI\x001\x00CONTENT_LENGTH\x000\x00', 'CONTENT_LENGTH is not the first header'),
+    (b'SCGI\x001\x00', 'missing CONTENT_LENGTH'),
+    (b'CONTENT_LENGTH\x00\x00SCGI\x001\x00', "invalid CONTENT_LENGTH ''"),
+    (b'CONTENT_LENGTH\x00-1\x00SCGI\x001\x00', "invalid CONTENT_LENGTH '-1'"),
+    (b'CONTENT_LENGTH\x00 5\x00SCGI\x001\x00', "invalid CONTENT_LENGTH ' 5'"),
+    (b'CONTENT_LENGTH\x005x\x00SCGI\x001\x00', "invalid CONTENT_LENGTH '5x'"),
+    (b'CONTENT_LENGTH\x000\x00', 'missing SCGI header'),
+    (b'CONTENT_LENGTH\x000\x00SCGI\x002\x00', "unsupported SCGI version '2'"),
+    (b'CONTENT_LENGTH\x000\x00SCGI\x001\x00A\x00x\x00A\x00y\x00', "duplicate header 'A'"),
+    (b'CONTENT_LENGTH\x000\x00CONTENT_LENGTH\x000\x00SCGI\x001\x00', 'duplicate header'),
+])
+def test_a_malformed_header_block_is_an_error(backend, raw, message):
+    assert message in errors(backend, netstring(raw))
+
+
+def test_too_many_headers(backend):
+    pairs = [('CONTENT_LENGTH', '0'), ('SCGI', '1')] + [('H%d' % i, '') for i in range(10)]
+    wire = netstring(block(pairs))
+    assert len(backend.decode_scgi_request(wire)[0]) == 12
+    with pytest.raises(SCGIError, match='more than 11 headers'):
+        backend.decode_scgi_request(wire, max_pairs=11)
+
+
+def test_a_smaller_cap(backend):
+    wire = netstring(block(NGINX))
+    with pytest.raises(SCGIError, match='exceeds the 100-byte cap'):
+        backend.decode_scgi_request(wire, max_header=100)
+
+
+def _outcome(decode, data):
+    try:
+        return 'ok', decode(data)
+    except SCGIError as exc:
+        return 'error', str(exc)
+
+
+names = st.sampled_from(['CONTENT_LENGTH', 'SCGI', 'A', 'PATH_INFO', '', 'x\xe9'])
+values = st.sampled_from(['0', '1', '12', '', '-1', 'a b', '\xff'])
+
+
+@settings(max_examples=400, deadline=None)
+@given(pairs=st.lists(st.tuples(names, values), max_size=6), noise=st.binary(max_size=4),
+       cut=st.integers(min_value=0, max_value=200))
+def test_the_twins_agree_on_structured_requests(pairs, noise, cut):
+    from tests.conftest import COMPILED, PURE
+    if COMPILED is None:
+        pytest.skip('compiled backend not built')
+    wire = netstring(block(pairs) + noise) + b'body'
+    for data in (wire, wire[:cut]):
+        assert _outcome(PURE.decode_scgi_request, data) == \
+            _outcome(COMPILED.decode_scgi_request, data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.binary(max_size=64))
+def test_the_twins_agree_on_any_bytes(data):
+    from tests.conftest import COMPILED, PURE
+    if COMPILED is None:
+        pytest.skip('compiled backend not built')
+    for wire in (data, netstring(data), b'%d:' % len(data) + data):
+        assert _outcome(PURE.decode_scgi_request, wire) == \
+            _outcome(COMPILED.decode_scgi_request, wire)
