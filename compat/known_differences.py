@@ -67,4 +67,42 @@ DIFFERENCES = [
         'counts connections against maxRequests (a kept FastCGI connection is unlimited)',
         'counts requests',
         'recycling must work behind fastcgi_keep_conn'),
+    Difference(
+        'scgi-bounded-input', 'scgi_base.py:265-269',
+        'hands the app the socket file: read(), readline() or iteration past the body waits '
+        'until the web server gives up; an empty body is a text StringIO (read() returns "")',
+        'wsgi.input ends at CONTENT_LENGTH (bytes, the same stream as FastCGI\'s); a body '
+        'shorter than CONTENT_LENGTH raises ClientDisconnected in the app and logs one warning',
+        'a readline loop whose last line has no newline must end; WSGI input is bytes'),
+    Difference(
+        'scgi-netstring-strict', 'scgi_base.py:84-117, :252-262',
+        'reads the length one recv(1) per digit and accepts leading zeros, signs and spaces '
+        '(int()); accepts any header order, duplicates and a missing SCGI header',
+        'parses from its receive buffer; rejects leading zeros, non-digits, lengths past the '
+        '1 MiB cap, a non-first or missing CONTENT_LENGTH, a missing SCGI=1 and duplicate '
+        'names, each with a log line naming the fault',
+        'the SCGI protocol requires all of these; a lenient parser hides broken peers'),
+    Difference(
+        'scgi-path-info-decoded-script-name', 'scgi_base.py:538-546',
+        'behind Apache mod_proxy_scgi (SCRIPT_NAME = decoded path, no PATH_INFO) cuts the raw '
+        'REQUEST_URI at len(SCRIPT_NAME): /environ/a%2Fb/c%20d gives PATH_INFO "0d"',
+        'the same rule as FastCGI: flup\'s raw cut when the raw path starts with SCRIPT_NAME, '
+        'else the decoded path is cut (PATH_INFO "")',
+        'flup\'s result there is a fragment of the URI that no app can route on'),
+    Difference(
+        'scgi-allowed-servers-ipv6', 'scgi_base.py:389-391',
+        'admits every peer whose address is not a 2-tuple, so any IPv6 client passes '
+        'allowedServers',
+        'checks IPv6 addresses against allowedServers too (Unix-socket peers are admitted)',
+        'an allow-list that IPv6 bypasses is no allow-list'),
+    Difference(
+        'scgi-ajp-bind-failure', 'scgi.py:172, scgi_fork.py:171, ajp.py:181',
+        'logs a bind failure with e[1], which raises TypeError on Python 3',
+        'logs "Failed to bind socket (<reason>), exiting" and run() returns False',
+        'what flup means to do'),
+    Difference(
+        'scgi-file-wrapper', 'scgi_base.py:396-409',
+        'offers no wsgi.file_wrapper',
+        'offers wsgi.file_wrapper; over SCGI a regular file is sent with os.sendfile',
+        'PEP 3333 optional extension; large static files without passing through Python'),
 ]

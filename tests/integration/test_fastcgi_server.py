@@ -3,7 +3,6 @@
 servers' ``timeout``, the CLI, flup's constructor contract, and "bad input on one connection
 does not disturb the others".
 """
-import os
 import signal
 import socket
 import subprocess
@@ -15,67 +14,9 @@ import pytest
 
 from flupfast.__main__ import parse_bind
 from flupfast.protocols import fastcgi as f
-from tests.fcgi_client import read_response, request_bytes, roundtrip
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
-def wait_connectable(address, proc, timeout=15):
-    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError('server exited: %s' % proc.stderr.read().decode())
-        try:
-            with socket.socket(family) as sock:
-                sock.connect(address)
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError('server did not listen on %r' % (address,))
-
-
-class Server:
-    """A server subprocess, stopped by PID with SIGTERM (SIGKILL after a bound)."""
-
-    def __init__(self, args, address, env=None, script=None):
-        full_env = dict(os.environ, PYTHONPATH=ROOT)
-        full_env.update(env or {})
-        cmd = [sys.executable] + (['-c', script] if script else ['-m', 'flupfast']) + args
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
-        self.address = address
-        wait_connectable(address, self.proc)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                raise AssertionError('server ignored SIGTERM for 10 s')
-        return self.proc.stderr.read().decode()
-
-
-@pytest.fixture
-def server_factory():
-    servers = []
-
-    def start(*args, **kw):
-        server = Server(*args, **kw)
-        servers.append(server)
-        return server
-    yield start
-    for server in servers:
-        server.stop()
-
+from tests.fcgi_client import request_bytes, roundtrip
+from tests.integration.backend_process import ROOT, Server, free_port
+from tests.integration.backend_process import server_factory  # noqa: F401  (a fixture)
 
 SCRIPT = textwrap.dedent('''
     import sys, time

@@ -1,0 +1,369 @@
+"""The SCGI connection, request and gateway over socketpairs, on both backends: flup's
+responses byte for byte, wsgi.input bounded by CONTENT_LENGTH, sendfile for file_wrapper,
+PATH_INFO, scriptName rules, allowedServers, and every kind of bad input (a clear log line,
+the connection closed, the next one served).
+"""
+import hashlib
+import io
+import logging
+import socket
+import sys
+import threading
+
+import pytest
+
+from flupfast import _impl
+from flupfast import connection as connection_module
+from flupfast.gateway import ERROR_BODY
+from flupfast.server import NoDefault, scgi_base
+from tests.scgi_client import parse_response, read_all, request_bytes
+
+
+@pytest.fixture
+def use_backend(backend, monkeypatch):
+    monkeypatch.setattr(_impl, 'decode_scgi_request', backend.decode_scgi_request)
+    monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
+    return backend
+
+
+class Harness:
+    """A BaseSCGIServer whose connections run in threads over socketpairs."""
+
+    def __init__(self, app, **kwargs):
+        kwargs.setdefault('allowedServers', None)
+        self.server = scgi_base.BaseSCGIServer(app, **kwargs)
+        self.threads = []
+        self.served = []
+
+    def connect(self):
+        ours, theirs = socket.socketpair()
+        conn = scgi_base.Connection(theirs, '', self.server, None)
+        thread = threading.Thread(target=lambda: self.served.append(conn.run()), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        ours.settimeout(10)
+        return ours
+
+    def raw(self, data, shut=True):
+        """Send ``data`` (in a thread: it may exceed the socket buffer), read to EOF."""
+        with self.connect() as sock:
+            sender = threading.Thread(target=self._send, args=(sock, data, shut))
+            sender.start()
+            try:
+                return read_all(sock)
+            finally:
+                sender.join(10)
+
+    @staticmethod
+    def _send(sock, data, shut):
+        try:
+            sock.sendall(data)
+            if shut:
+                sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the server may close first (bad input)
+
+    def request(self, *args, **kw):
+        shut = kw.pop('shut', False)  # like a web server: the write side stays open
+        return parse_response(self.raw(request_bytes(*args, **kw), shut=shut))
+
+    def join(self):
+        for thread in self.threads:
+            thread.join(10)
+            assert not thread.is_alive(), 'connection thread hung'
+
+
+def hello(environ, start_response):
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    return [b'Hello world!\n']
+
+
+def echo(environ, start_response):
+    data = environ['wsgi.input'].read()
+    start_response('200 OK', [('Content-Type', 'application/octet-stream')])
+    return [hashlib.sha256(data).hexdigest().encode(), b' %d' % len(data)]
+
+
+def environ_app(environ, start_response):
+    start_response('200 OK', [])
+    keys = ('PATH_INFO', 'QUERY_STRING', 'SCRIPT_NAME', 'REQUEST_URI', 'SCGI',
+            'wsgi.url_scheme', 'wsgi.multithread', 'wsgi.multiprocess', 'wsgi.run_once')
+    shown = {k: environ.get(k) for k in keys}
+    shown['errors is stderr'] = environ['wsgi.errors'] is sys.stderr
+    shown['file_wrapper'] = environ.get('wsgi.file_wrapper') is not None
+    return [repr(shown).encode('utf-8')]
+
+
+def test_hello_is_flups_response_byte_for_byte_and_the_connection_closes(use_backend):
+    h = Harness(hello)
+    raw = h.raw(request_bytes('/'), shut=False)
+    assert raw == (b'Status: 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\n'
+                   b'Hello world!\n')
+    h.join()
+    assert h.served == [1]
+
+
+def test_environ(use_backend):
+    h = Harness(environ_app)
+    _, _, body = h.request('/a/b?x=1', extra=[('HTTPS', 'on')])
+    env = eval(body)
+    assert env == {'PATH_INFO': '/a/b', 'QUERY_STRING': 'x=1', 'SCRIPT_NAME': '',
+                   'REQUEST_URI': '/a/b?x=1', 'SCGI': '1', 'wsgi.url_scheme': 'https',
+                   'wsgi.multithread': True, 'wsgi.multiprocess': False,
+                   'wsgi.run_once': False, 'errors is stderr': True, 'file_wrapper': True}
+
+
+@pytest.mark.parametrize('size', [0, 1, 65536, 3 << 20])
+def test_upload_is_read_whole_and_exactly(use_backend, size):
+    data = bytes(range(256)) * (size // 256) + b'x' * (size % 256)
+    h = Harness(echo)
+    status, _, body = h.request('/', method='POST', body=data)
+    assert status == b'200 OK'
+    assert body == hashlib.sha256(data).hexdigest().encode() + b' %d' % size
+
+
+@pytest.mark.parametrize('reader', ['read', 'readline', 'iter', 'read_more'])
+def test_input_ends_at_content_length_while_the_socket_stays_open(use_backend, reader):
+    # flup hands the app the socket: here each reader would wait for the web server to
+    # give up, because the last line has no newline and the socket is not closed.
+    def app(environ, start_response):
+        stream = environ['wsgi.input']
+        if reader == 'read':
+            data = stream.read()
+        elif reader == 'readline':
+            lines = []
+            while True:
+                line = stream.readline()
+                if not line:
+                    break
+                lines.append(line)
+            data = b'|'.join(lines)
+        elif reader == 'iter':
+            data = b'|'.join(stream)
+        else:
+            data = stream.read(1000) + stream.read(5)
+        start_response('200 OK', [])
+        return [data]
+    h = Harness(app)
+    _, _, body = h.request('/', method='POST', body=b'one\ntwo\nno newline')
+    expected = {'read': b'one\ntwo\nno newline', 'read_more': b'one\ntwo\nno newline',
+                'readline': b'one\n|two\n|no newline', 'iter': b'one\n|two\n|no newline'}
+    assert body == expected[reader]
+    h.join()
+
+
+def test_body_split_into_many_sends(use_backend):
+    h = Harness(echo)
+    wire = request_bytes('/', method='POST', body=b'abc' * 1000)
+    with h.connect() as sock:
+        for i in range(0, len(wire), 7):
+            sock.sendall(wire[i:i + 7])
+        _, _, body = parse_response(read_all(sock))
+    assert body.endswith(b' 3000')
+
+
+def test_unread_body_does_not_destroy_the_response(use_backend):
+    # A 4 MiB body the app never reads: the response must arrive whole (lingering close).
+    h = Harness(hello)
+    status, _, body = h.request('/', method='POST', body=b'z' * (4 << 20))
+    assert (status, body) == (b'200 OK', b'Hello world!\n')
+    h.join()
+
+
+def test_client_gone_mid_body_is_one_warning_and_no_traceback(use_backend, caplog):
+    h = Harness(echo)
+    wire = request_bytes('/', method='POST', body=b'x' * 100, content_length=1000)
+    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+        raw = h.raw(wire, shut=True)
+        h.join()
+    assert raw == b''
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert 'still to come' in warnings[0].getMessage()
+    assert warnings[0].exc_info is None
+
+
+def test_app_error_gives_flups_500_page(use_backend, caplog):
+    def boom(environ, start_response):
+        raise ValueError('boom')
+    h = Harness(boom)
+    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+        status, headers, body = h.request('/')
+    assert status == b'500 Internal Server Error'
+    assert headers == [(b'Content-Type', b'text/html')]
+    assert body == ERROR_BODY
+    assert any(r.getMessage() == 'Exception caught from handler' and r.exc_info
+               for r in caplog.records)
+
+
+def test_debug_error_page_shows_the_traceback(use_backend):
+    def boom(environ, start_response):
+        raise ValueError('visible boom')
+    h = Harness(boom, debug=True)
+    status, _, body = h.request('/')
+    assert status == b'500 Internal Server Error'
+    assert b'visible boom' in body
+
+
+def test_write_callable_and_generator(use_backend):
+    def app(environ, start_response):
+        write = start_response('200 OK', [('X-A', 'b')])
+        write(b'written ')
+        yield b'yielded'
+    h = Harness(app)
+    status, headers, body = h.request('/')
+    assert (status, headers, body) == (b'200 OK', [(b'X-A', b'b')], b'written yielded')
+
+
+def test_file_wrapper_uses_sendfile_for_a_regular_file(use_backend, tmp_path, monkeypatch):
+    path = tmp_path / 'big.bin'
+    content = bytes(range(256)) * 4096 * 3  # 3 MiB
+    path.write_bytes(content)
+    sent = []
+    real = connection_module.Connection.send_file
+
+    def spy(self, filelike):
+        sent.append(filelike.tell())
+        return real(self, filelike)
+    monkeypatch.setattr(connection_module.Connection, 'send_file', spy)
+
+    def app(environ, start_response):
+        f = open(path, 'rb')
+        f.seek(100)  # the file is sent from its current position
+        start_response('200 OK', [('Content-Length', str(len(content) - 100))])
+        return environ['wsgi.file_wrapper'](f, 65536)
+    h = Harness(app)
+    status, headers, body = h.request('/')
+    assert status == b'200 OK' and body == content[100:]
+    assert sent == [100]
+
+
+def test_file_wrapper_over_a_non_file_iterates(use_backend, monkeypatch):
+    monkeypatch.setattr(connection_module.Connection, 'send_file',
+                        lambda self, f: pytest.fail('sendfile on a BytesIO'))
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return environ['wsgi.file_wrapper'](io.BytesIO(b'in memory ' * 1000), 100)
+    h = Harness(app)
+    assert h.request('/')[2] == b'in memory ' * 1000
+
+
+@pytest.mark.parametrize('kw, expected', [
+    # nginx's stock scgi_params: no PATH_INFO, no SCRIPT_NAME: flup's raw cut, kept.
+    (dict(uri='/environ/a%2Fb/c%20d?q=1'), ('', '/environ/a%2Fb/c%20d')),
+    # Apache mod_proxy_scgi: SCRIPT_NAME is the decoded path, no PATH_INFO. flup gives '0d'.
+    (dict(uri='/environ/a%2Fb/c%20d', script_name='/environ/a/b/c d'),
+     ('/environ/a/b/c d', '')),
+    # A site that splits the prefix itself.
+    (dict(uri='/app/x%20y', script_name='/app', path_info='/x y'), ('/app', '/x y')),
+    (dict(uri='/app/x%20y', script_name='/app'), ('/app', '/x%20y')),
+])
+def test_path_info(use_backend, kw, expected):
+    h = Harness(environ_app)
+    env = eval(h.request(**kw)[2])
+    assert (env['SCRIPT_NAME'], env['PATH_INFO']) == expected
+
+
+def test_mismatched_script_name_warns_and_cuts_as_flup(use_backend, caplog):
+    h = Harness(environ_app)
+    with caplog.at_level(logging.WARNING, logger='scgi-wsgi'):
+        env = eval(h.request('/abc/def', script_name='/zzzz')[2])
+    assert env['PATH_INFO'] == 'def'  # flup's blind cut at len(SCRIPT_NAME)
+    assert 'SCRIPT_NAME does not match request URI' in caplog.text
+
+
+def test_configured_script_name_is_deprecated_and_applied(use_backend):
+    h = Harness(environ_app, scriptName='/app')
+    with pytest.warns(DeprecationWarning, match='Configured SCRIPT_NAME is deprecated'):
+        environ = {'SCRIPT_NAME': '', 'PATH_INFO': '/app/x', 'REQUEST_URI': '/app/x'}
+        h.server._sanitizeEnv(environ)
+    assert (environ['SCRIPT_NAME'], environ['PATH_INFO']) == ('/app', '/x')
+
+
+def test_wsgi_script_name_variable(use_backend):
+    server = scgi_base.BaseSCGIServer(hello)
+    environ = {'WSGI_SCRIPT_NAME': 'None', 'REQUEST_URI': '/a'}
+    with pytest.warns(DeprecationWarning, match='WSGI_SCRIPT_NAME'):
+        server._sanitizeEnv(environ)
+    assert 'PATH_INFO' not in environ and 'SCRIPT_NAME' not in environ  # cgi2scgi: untouched
+    environ = {'WSGI_SCRIPT_NAME': '/a', 'SCRIPT_NAME': '/a/b', 'REQUEST_URI': '/a/b'}
+    with pytest.warns(DeprecationWarning):
+        server._sanitizeEnv(environ)
+    assert (environ['SCRIPT_NAME'], environ['PATH_INFO']) == ('/a', '/b')
+
+
+def test_allowed_servers(caplog):
+    base = scgi_base.BaseSCGIServer(hello)
+    assert base._allowedServers == ['127.0.0.1']  # the base's default; front ends say None
+    with caplog.at_level(logging.WARNING, logger='scgi-wsgi'):
+        assert base._isClientAllowed(('127.0.0.1', 5000))
+        assert not base._isClientAllowed(('10.1.2.3', 5000))
+        # flup admits every IPv6 peer (it only checks 2-tuples); we check the address.
+        assert not base._isClientAllowed(('::1', 5000, 0, 0))
+        assert base._isClientAllowed('')  # a Unix-socket peer: file permissions decide
+    assert caplog.text.count('disallowed') == 2
+    assert 'Server connection from 10.1.2.3 disallowed' in caplog.text
+    open_base = scgi_base.BaseSCGIServer(hello, allowedServers=None)
+    assert open_base._isClientAllowed(('10.1.2.3', 1))
+
+
+def netstring(data):
+    return b'%d:%s,' % (len(data), data)
+
+
+BAD_REQUESTS = [
+    (b'GET / HTTP/1.1\r\nHost: x\r\n\r\n', 'expected digits then ":"'),
+    (b'01:x,', 'leading zero'),
+    (b'123456789:', 'more than 7 digits'),
+    (b'3:abc;', 'not terminated by ","'),
+    (b'2000000:', 'exceeds the 1048576-byte cap'),
+    (netstring(b'SCGI\x001\x00A\x00b\x00'), 'missing CONTENT_LENGTH'),
+    (netstring(b'SCGI\x001\x00CONTENT_LENGTH\x000\x00'), 'is not the first header'),
+    (netstring(b'CONTENT_LENGTH\x000\x00'), 'missing SCGI'),
+    (netstring(b'CONTENT_LENGTH\x00x\x00SCGI\x001\x00'), 'invalid CONTENT_LENGTH'),
+    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x001\x00A\x00x\x00A\x00y\x00'),
+     'duplicate header'),
+    (b'10:CONTENT_LE', 'closed inside the header netstring'),
+]
+
+
+@pytest.mark.parametrize('data, message', BAD_REQUESTS)
+def test_bad_input_is_logged_the_connection_closed_and_the_next_served(use_backend, caplog,
+                                                                      data, message):
+    h = Harness(hello)
+    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+        assert h.raw(data, shut=True) == b''  # no response: nothing sensible to answer
+        h.join()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and message in errors[0].getMessage(), caplog.text
+    assert errors[0].getMessage().startswith('Protocol error')
+    assert errors[0].exc_info is None
+    assert h.request('/')[2] == b'Hello world!\n'
+
+
+def test_a_connection_closed_before_any_byte_is_quiet(use_backend, caplog):
+    h = Harness(hello)
+    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+        assert h.raw(b'', shut=True) == b''
+        h.join()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_front_end_signatures_and_defaults():
+    import inspect
+    from flupfast.server import scgi, scgi_fork, scgi_single
+    sig = inspect.signature(scgi.WSGIServer.__init__)
+    assert sig.parameters['bindAddress'].default == ('localhost', 4000)
+    assert sig.parameters['allowedServers'].default is None
+    assert sig.parameters['scriptName'].default is NoDefault
+    assert sig.parameters['loggingLevel'].default == logging.INFO
+    assert 'timeout' in inspect.signature(scgi_fork.WSGIServer.__init__).parameters
+    assert 'timeout' not in sig.parameters
+    assert inspect.signature(scgi_single.WSGIServer.__init__).parameters[
+        'allowedServers'].default is None
+    base = inspect.signature(scgi_base.BaseSCGIServer.__init__)
+    assert base.parameters['allowedServers'].default is NoDefault
+    assert scgi_base.LoggerName == 'scgi-wsgi'
+    with pytest.raises(TypeError):
+        scgi.WSGIServer(hello, timeout=3)  # flup's thread pool rejects unknown keywords
