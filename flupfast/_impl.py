@@ -29,11 +29,15 @@ else:
 
 if _speedups is not None:
     from flupfast._speedups import FastCGIParser, InputStream, frame_stdout  # noqa: F401
+    from flupfast._speedups import (  # noqa: F401
+        AJPParser, decode_body_chunk, decode_forward_request, frame_body)
     from flupfast._speedups import serve_child  # noqa: F401
     from flupfast._speedups import decode_request as decode_scgi_request  # noqa: F401
     BACKEND = "cython"
 else:
     from flupfast.protocols.fastcgi import FastCGIParser, frame_stdout  # noqa: F401
+    from flupfast.protocols.ajp import (  # noqa: F401
+        AJPParser, decode_body_chunk, decode_forward_request, frame_body)
     from flupfast.body import InputStream  # noqa: F401
     from flupfast.serving.prefork import serve_child  # noqa: F401
     from flupfast.protocols.scgi import decode_request as decode_scgi_request  # noqa: F401

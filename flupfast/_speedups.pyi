@@ -1,5 +1,6 @@
 """Typed surface of the compiled twins (flupfast/_speedups.pyx); each name matches its pure twin
-in flupfast.protocols.fastcgi or flupfast.body, which document the behaviour."""
+in flupfast.protocols.fastcgi, flupfast.protocols.ajp or flupfast.body, which document the
+behaviour."""
 import socket
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -26,6 +27,28 @@ class FastCGIParser:
     def feed(self, data: Buffer) -> List[Event]: ...
     @property
     def pending(self) -> int: ...
+
+# -- AJP13 (flupfast.protocols.ajp): the hot four compiled, the cold encoders re-exported.
+
+# (environ, content_length, chunked, secret)
+ForwardRequest = Tuple[Dict[str, str], Optional[int], bool, Optional[str]]
+
+class AJPParser:
+    max_packet: int
+    def __init__(self, max_packet: int = ...) -> None: ...
+    def feed(self, data: Buffer) -> List[bytes]: ...
+    @property
+    def pending(self) -> int: ...
+
+def decode_forward_request(payload: Buffer) -> ForwardRequest: ...
+def decode_body_chunk(payload: Buffer) -> bytes: ...
+def frame_body(data: Buffer, max_data: int) -> List[Union[bytes, memoryview, Buffer]]: ...
+def encode_send_headers(
+    status_code: int, reason: bytes, headers: List[Tuple[bytes, bytes]]) -> bytes: ...
+def encode_get_body_chunk(size: int) -> bytes: ...
+def encode_end_response(reuse: bool) -> bytes: ...
+
+CPONG_PACKET: bytes
 
 class InputStream:
     bytes_read: int

@@ -44,3 +44,15 @@ LINGER_SECONDS = 5.0
 
 # At most this many iovecs per sendmsg() call (Linux IOV_MAX is 1024).
 MAX_IOVECS = 1024
+
+# AJP13 packet size cap: mod_proxy_ajp's ProxyIOBufferSize and Tomcat's packetSize can raise the
+# 8 KiB default up to 64 KiB (AJP_MAX_BUFFER_SZ), so a packet may be 65536 bytes with its header.
+AJP_MAX_PACKET = 65536
+
+# The packet size a web server uses unless configured otherwise (AJP_MSG_BUFFER_SZ, Tomcat's
+# packetSize default); it refuses larger container packets, so responses are framed to it.
+AJP_DEFAULT_PACKET = 8192
+
+# Body bytes per SEND_BODY_CHUNK in a default 8 KiB packet: the packet less its 4-byte header,
+# the type byte, the 2-byte chunk length and the trailing NUL (flup's Request._maxWrite).
+AJP_DEFAULT_MAX_DATA = AJP_DEFAULT_PACKET - 8
