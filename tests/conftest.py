@@ -8,7 +8,7 @@ import pytest
 
 import flupfast
 from flupfast import body, protocols
-from flupfast.protocols import fastcgi, scgi
+from flupfast.protocols import ajp, fastcgi, scgi
 
 PURE = types.SimpleNamespace(
     name='py',
@@ -16,6 +16,10 @@ PURE = types.SimpleNamespace(
     frame_stdout=fastcgi.frame_stdout,
     InputStream=body.InputStream,
     decode_scgi_request=scgi.decode_request,
+    AJPParser=ajp.AJPParser,
+    decode_forward_request=ajp.decode_forward_request,
+    decode_body_chunk=ajp.decode_body_chunk,
+    frame_body=ajp.frame_body,
 )
 
 
@@ -30,6 +34,10 @@ def _compiled():
         frame_stdout=_speedups.frame_stdout,
         InputStream=_speedups.InputStream,
         decode_scgi_request=_speedups.decode_request,
+        AJPParser=_speedups.AJPParser,
+        decode_forward_request=_speedups.decode_forward_request,
+        decode_body_chunk=_speedups.decode_body_chunk,
+        frame_body=_speedups.frame_body,
     ), None
 
 

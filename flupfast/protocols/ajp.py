@@ -452,7 +452,10 @@ def _packet(payload):
 
 
 def _encode_string(s):
-    # flup's encodeString (ajp_base.py:211): length, bytes, NUL.
+    # flup's encodeString (ajp_base.py:211): length, bytes, NUL. Length 0xFFFF would read as
+    # the null string, so 65534 bytes is the most a string can hold.
+    if len(s) >= 0xFFFF:
+        raise ValueError('AJP string of %d bytes exceeds 65534' % len(s))
     return _U16.pack(len(s)) + s + b'\x00'
 
 
