@@ -293,9 +293,11 @@ def parse_content_length(value):
     """CONTENT_LENGTH (str) -> int: ASCII digits only, at most 2**63 - 1; else AJPError."""
     if not (value and value.isascii() and value.isdigit()):
         raise AJPError('invalid Content-Length %r' % value)
-    if len(value) > 19 or int(value) > _MAX_CONTENT_LENGTH:
+    digits = value.lstrip('0')
+    # The length test first: int() refuses strings of over 4300 digits (and would be slow).
+    if len(digits) > 19 or int(digits or '0') > _MAX_CONTENT_LENGTH:
         raise AJPError('Content-Length %s is too large' % value)
-    return int(value)
+    return int(digits or '0')
 
 
 def decode_forward_request(payload):

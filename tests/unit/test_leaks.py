@@ -12,7 +12,8 @@ import pytest
 
 from flupfast.body import ClientDisconnected
 from flupfast.protocols import fastcgi as f
-from flupfast.protocols.errors import FastCGIError
+from flupfast.protocols.errors import AJPError, FastCGIError
+from tests import ajp_client
 
 ROUNDS = 300
 # Allowed growth between two equal batches of ROUNDS: far below one leaked buffer per round
@@ -201,3 +202,74 @@ def test_input_stream_cycle_is_collected(backend):
     del stream, holder
     gc.collect()
     assert ref() is None
+
+
+# -- AJP13 ------------------------------------------------------------------------------------
+
+AJP_REQUEST = ajp_client.forward_request(
+    method='PATCH', uri='/u', headers=[('Host', 'h'), ('X-%s' % ('k' * 150), 'v' * 300),
+                                       ('Content-Length', '70000')],
+    attributes=[('query_string', 'q=1'), ('ssl_key_size', 256), ('secret', 's'),
+                ('req_attribute', ('AJP_REMOTE_PORT', '1234'))])
+AJP_WIRE = (ajp_client.packet(AJP_REQUEST) + ajp_client.body_packets(b's' * 70000, 65530)
+            + ajp_client.CPING)
+
+
+def test_ajp_parser_whole_and_split_feeds(backend):
+    data = bytearray(AJP_WIRE)
+
+    def work():
+        backend.AJPParser().feed(data)
+        parser = backend.AJPParser()
+        for i in range(0, len(data), 9001):  # packets straddle feeds: the held buffer
+            parser.feed(memoryview(data)[i:i + 9001])
+        parser = backend.AJPParser()
+        parser.feed(data[:40000])  # dropped with half a 64 KiB packet held
+        assert parser.pending
+    assert growth(work) < SLACK
+    assert sys.getrefcount(data) == 2  # no buffer export or reference left behind
+
+
+@pytest.mark.parametrize('data', [
+    b'GET / HTTP/1.1\r\n', ajp_client.packet(b'x' * 5000) + b'\x12\x34\xff\xff',
+    ajp_client.packet(b'y' * 9998) + b'\x00' * 3000,       # garbage behind a held packet
+    ajp_client.packet(b'y' * 2995) + b'\x12' + b'\x00' * 10,  # bad magic in the held bytes
+], ids=['magic', 'cap', 'after-held', 'held'])
+def test_ajp_parser_errors(backend, data):
+    def work():
+        parser = backend.AJPParser()
+        with pytest.raises(AJPError):
+            for i in range(0, len(data), 3000):
+                parser.feed(bytearray(data[i:i + 3000]))
+    assert growth(work) < SLACK
+
+
+def test_ajp_parser_is_collected(backend):
+    parser = backend.AJPParser()
+    parser.feed(AJP_WIRE[:100])
+    ref = weakref.ref(parser)
+    del parser
+    assert ref() is None
+
+
+def test_ajp_decoders_and_frame_body(backend):
+    payload = bytearray(200000)
+    bad = [AJP_REQUEST[:-1], AJP_REQUEST[:300], AJP_REQUEST + b'\x00',
+           ajp_client.forward_request(method=0xFF), b'\x00\x09abc']
+    long_name = ajp_client.forward_request(headers=[('N' * 1000, 'v')])  # a heap buffer key
+
+    def work():
+        backend.decode_forward_request(AJP_REQUEST)
+        backend.decode_forward_request(bytearray(long_name))
+        backend.decode_body_chunk(b'\x00\x03abc')
+        backend.decode_body_chunk(memoryview(payload)[:5000])
+        for data in bad:
+            with pytest.raises(AJPError):
+                backend.decode_forward_request(data)
+        with pytest.raises(AJPError):
+            backend.decode_body_chunk(bad[-1])
+        backend.frame_body(payload, 8184)
+        backend.frame_body(memoryview(payload)[:1001], 65528)
+        backend.frame_body(bytes(10), 8184)
+    assert growth(work) < SLACK
+    assert sys.getrefcount(payload) == 2
