@@ -111,6 +111,11 @@ def build_parser():
     parser.add_argument('--allowed-servers', default=None,
                         help='SCGI/AJP: comma-separated IPv4 addresses allowed to connect '
                         '(default: anybody)')
+    parser.add_argument('--ajp-packet-size', type=int, default=None,
+                        help='AJP: size of the packets sent, as the web server\'s '
+                        'ProxyIOBufferSize (default 8192, at most 65536)')
+    parser.add_argument('--ajp-secret', default=None,
+                        help='AJP: refuse requests without this secret (mod_proxy_ajp secret=)')
     parser.add_argument('--debug', action='store_true', help='show tracebacks on error pages')
     parser.add_argument('--log-level', default='INFO', help='logging level (default INFO)')
     return parser
@@ -145,6 +150,13 @@ def main(argv=None):
     app = load_app(args.app) if args.app else demo_app
     module = importlib.import_module(server_module(args.protocol, args.mode))
     server = module.WSGIServer(app, **server_kwargs(args))
+    if args.protocol == 'ajp':
+        if args.ajp_packet_size is not None:
+            if not 8192 <= args.ajp_packet_size <= 65536:
+                raise SystemExit('flupfast: --ajp-packet-size must be 8192 to 65536')
+            server.packetSize = args.ajp_packet_size
+        if args.ajp_secret is not None:
+            server.secret = args.ajp_secret
     logger_name = getattr(server, 'LoggerName', None)
     if logger_name:
         # flup's SCGI/AJP loggers print through their own console handler; here the

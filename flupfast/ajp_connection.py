@@ -1,0 +1,289 @@
+"""One AJP13 connection from the web server: persistent, one request at a time. Packets are
+read from a reused receive buffer; the body is pulled with GET_BODY_CHUNK only when the app
+reads; every response packet goes out through one gathered send.
+
+The WSGI glue is gateway.py (through the server's ``handler``); the codec is protocols/ajp.py
+or its compiled twin. Log messages and levels are flup's (logger ``ajp-wsgi``).
+"""
+import collections
+import datetime
+import logging
+
+from flupfast import _impl
+from flupfast.body import ClientDisconnected
+from flupfast.connection import Connection, request_deadline
+from flupfast.gateway import is_peer_gone
+from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
+from flupfast.protocols import ajp
+from flupfast.protocols.errors import AJPError
+
+LoggerName = 'ajp-wsgi'
+
+
+def body_chunk_size(packet_size):
+    """Data bytes per SEND_BODY_CHUNK in packets of ``packet_size`` (header 4, type 1, length
+    2, trailing NUL 1): 8184 for Apache's default 8 KiB packets (flup's ``_maxWrite``)."""
+    return packet_size - 8
+
+
+# Largest body chunk one GET_BODY_CHUNK may ask for: a 64 KiB packet less its header (4) and
+# the chunk's length field (2). The web server sends at most what its own buffer holds.
+MAX_BODY_REQUEST = AJP_MAX_PACKET - 6
+
+
+class _BodySource:
+    """``pull()`` for wsgi.input: the first chunk as it arrives unsolicited (when the length
+    is known), then one GET_BODY_CHUNK per pull for as much as a packet can carry; a chunked
+    body (no Content-Length) is asked for until the web server sends an empty chunk."""
+
+    __slots__ = ('_conn', 'left', 'unsolicited', 'ended')
+
+    def __init__(self, conn, content_length):
+        self._conn = conn
+        self.left = content_length  # None: chunked, length unknown
+        self.unsolicited = bool(content_length)  # mod_proxy_ajp pushes the first chunk
+        self.ended = content_length == 0
+
+    def __call__(self):
+        if self.ended:
+            return b''
+        conn = self._conn
+        if self.unsolicited:
+            self.unsolicited = False
+        else:
+            want = MAX_BODY_REQUEST if self.left is None else min(self.left, MAX_BODY_REQUEST)
+            conn.send([ajp.encode_get_body_chunk(want)])
+        data = conn.next_body_chunk()
+        if not data:
+            self.ended = True
+            if self.left:
+                raise ClientDisconnected('the web server ended the body with %d bytes of '
+                                         'Content-Length still to come' % self.left)
+            return b''
+        if self.left is not None:
+            if len(data) > self.left:
+                raise AJPError('body chunk of %d bytes where %d remained of Content-Length'
+                               % (len(data), self.left))
+            self.left -= len(data)
+            if not self.left:
+                self.ended = True
+        return data
+
+    def finish(self):
+        """Take the unsolicited first chunk if the app never asked for it, so the next
+        packet on the connection is the next request's."""
+        if self.unsolicited:
+            self.unsolicited = False
+            self._conn.next_body_chunk()
+
+
+class AJPRequest:
+    """One AJP request (flup's ``ajp_base.Request``): ``environ``, ``input``,
+    ``startResponse(statusCode, statusMsg, headers)`` and ``write(data)``, the names an
+    ``error``/``handler`` override uses."""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self.environ = {}
+        self.input = None
+        self._headersSent = False
+        self.logger = logging.getLogger(LoggerName)
+
+    def run(self):
+        """Run the handler; on an exception log it and answer the 500 page if nothing was
+        sent yet (flup ajp_base.py:480-508; the END_RESPONSE is the connection's)."""
+        environ = self.environ
+        logger = self.logger
+        logger.info('%s %s', environ['REQUEST_METHOD'], environ['REQUEST_URI'])
+        start = datetime.datetime.now()
+        try:
+            self._conn.server.handler(self)
+        except ClientDisconnected as exc:
+            logger.warning('%s %s: %s', environ['REQUEST_METHOD'], environ['REQUEST_URI'], exc)
+        except Exception as exc:
+            if is_peer_gone(exc) or isinstance(exc, AJPError):
+                raise  # the connection cannot go on; it logs and closes
+            logger.exception('Exception caught from handler')
+            if not self._headersSent:
+                self._conn.server.error(self)
+        if logger.isEnabledFor(logging.DEBUG):
+            elapsed = datetime.datetime.now() - start
+            logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'],
+                         environ['REQUEST_URI'], elapsed.total_seconds())
+
+    # -- flup's response API --------------------------------------------------------------
+
+    def startResponse(self, statusCode, statusMsg, headers):
+        """Begin the HTTP response: must be called once, before write(). ``statusMsg`` and
+        the header names and values are bytes (str is encoded latin-1)."""
+        if self._headersSent:
+            raise AssertionError('Headers already sent!')
+        self.send_head(statusCode, statusMsg, headers, b'', False)
+
+    def write(self, data):
+        """Write response body bytes, split into packets the web server accepts."""
+        if not self._headersSent:
+            raise AssertionError('Headers must be sent first!')
+        if isinstance(data, str):
+            data = data.encode('latin-1')
+        self.send_body(data, False)
+
+    # -- the responder the gateway drives -------------------------------------------------
+
+    def send_head(self, status_code, reason, headers, data, more):
+        if isinstance(reason, str):
+            reason = reason.encode('latin-1')
+        headers = [(n.encode('latin-1') if isinstance(n, str) else n,
+                    v.encode('latin-1') if isinstance(v, str) else v) for n, v in headers]
+        head = ajp.encode_send_headers(status_code, reason, headers)
+        if len(head) > self._conn.packet_size:
+            # The web server would refuse the packet and drop the connection; raising here
+            # (before anything is sent) gives the app's error path a 500 instead.
+            raise ValueError('response headers take %d bytes, more than the %d-byte AJP '
+                             'packet (raise packetSize with ProxyIOBufferSize)'
+                             % (len(head), self._conn.packet_size))
+        buffers = [head]
+        if data:
+            buffers += _impl.frame_body(data, self._conn.body_chunk)
+        self._headersSent = True
+        self._conn.send(buffers, more)
+
+    def send_body(self, data, more):
+        if data:
+            self._conn.send(_impl.frame_body(data, self._conn.body_chunk), more)
+
+
+class AJPResponder:
+    """The gateway's responder for AJP: WSGI's status line becomes SEND_HEADERS' code and
+    reason (flup sends the reason as given; so do we)."""
+
+    __slots__ = ('_req',)
+
+    def __init__(self, req):
+        self._req = req
+
+    def send_head(self, status, headers, data, more):
+        self._req.send_head(int(status[:3]), status[4:], headers, data, more)
+
+    def send_body(self, data, more):
+        self._req.send_body(data, more)
+
+
+class AJPConnection(Connection):
+    """A persistent connection from the web server (flup ``ajp_base.Connection``): requests
+    one after another, CPING answered between them. ``run()`` returns the requests served."""
+
+    def __init__(self, sock, addr, server, timeout=None):
+        super().__init__(sock, addr)
+        self.server = server
+        self._timeout = timeout
+        self.logger = logging.getLogger(LoggerName)
+        self._parser = _impl.AJPParser()
+        self._packets = collections.deque()
+        self.packet_size = getattr(server, 'packetSize', AJP_DEFAULT_PACKET)
+        self.body_chunk = body_chunk_size(self.packet_size)
+        self.max_requests = None  # set by a prefork child: retire after this many
+        self.served = 0
+
+    # -- packets ------------------------------------------------------------------------------
+
+    def _next_packet(self):
+        """The next packet's payload; None when the web server closed between packets."""
+        packets = self._packets
+        while not packets:
+            data = self.recv_some()
+            if not data:
+                if self._parser.pending:
+                    raise AJPError('connection closed inside a packet (%d bytes of it received)'
+                                   % self._parser.pending)
+                return None
+            packets.extend(self._parser.feed(data))
+        return packets.popleft()
+
+    def next_body_chunk(self):
+        payload = self._next_packet()
+        if payload is None:
+            raise ClientDisconnected('the web server closed the connection mid-body')
+        return _impl.decode_body_chunk(payload)
+
+    # -- the connection loop ----------------------------------------------------------------
+
+    def run(self):
+        addr = self._addr
+        tcp = isinstance(addr, tuple) and len(addr) >= 2
+        if tcp:
+            self.logger.debug('Connection starting up (%s:%d)', addr[0], addr[1])
+        try:
+            self._serve()
+        except AJPError as exc:
+            self.logger.error("Protocol error '%s'", exc)
+        except ClientDisconnected as exc:
+            self.logger.warning('%s', exc)
+        except OSError as exc:
+            if not is_peer_gone(exc):
+                self.logger.exception('Exception caught in Connection')
+        except Exception:
+            self.logger.exception('Exception caught in Connection')
+        finally:
+            self.close()
+        if tcp:
+            self.logger.debug('Connection shutting down (%s:%d)', addr[0], addr[1])
+        return self.served
+
+    def _serve(self):
+        while not self.closed:
+            payload = self._next_packet()
+            if payload is None:
+                return
+            if not payload:
+                raise AJPError('unexpected empty packet')
+            kind = payload[0]
+            if kind == ajp.PKTTYPE_FWD_REQ:
+                if not self._forward_request(payload):
+                    return
+            elif kind == ajp.PKTTYPE_CPING:
+                self.logger.debug('Received PING, sending PONG')
+                self.send([ajp.CPONG_PACKET])
+            elif kind == ajp.PKTTYPE_SHUTDOWN:
+                self.logger.info('Received shutdown request from server')
+            elif kind == ajp.PKTTYPE_PING:
+                self.logger.debug('Received ping')
+            else:
+                raise AJPError('unknown packet type 0x%02x (%d bytes) between requests'
+                               % (kind, len(payload)))
+
+    def _forward_request(self, payload):
+        """Serve one request; returns False when the connection must close afterwards."""
+        environ, content_length, chunked, secret = _impl.decode_forward_request(payload)
+        if chunked:
+            content_length = None
+        elif content_length is None:
+            content_length = 0
+        req = self.server.requestClass(self)
+        req.environ = environ
+        body = _BodySource(self, content_length)
+        req.input = _impl.InputStream(body)
+        if not self.server._isSecretValid(secret):
+            self.logger.warning('%s %s: refused, wrong or missing AJP secret',
+                                environ.get('REQUEST_METHOD'), environ.get('REQUEST_URI'))
+            req.startResponse(403, b'Forbidden', [(b'Content-Type', b'text/plain'),
+                                                  (b'Content-Length', b'10')])
+            req.write(b'Forbidden\n')
+        else:
+            with request_deadline(self._timeout, self._timed_out):
+                req.run()
+        body.finish()
+        self.served += 1
+        # The wire is clean now (the web server sends body chunks only when asked, and the
+        # unsolicited first one was taken), so reuse, unless a prefork child retires.
+        reuse = self.max_requests is None or self.served < self.max_requests
+        if not req._headersSent:
+            # A handler that answered nothing (flup sends END_RESPONSE alone; the web server
+            # then reports a bad gateway): say so with an empty 500.
+            req.send_head(500, b'Internal Server Error', [(b'Content-Length', b'0')], b'',
+                          True)
+        self.send([ajp.encode_end_response(reuse)])
+        return reuse
+
+    def _timed_out(self, message):
+        self.logger.error(message.rstrip('\n'))

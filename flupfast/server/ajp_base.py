@@ -1,0 +1,123 @@
+"""flup's ``ajp_base``: ``BaseAJPServer`` with its hooks (``handler``, ``error``,
+``_sanitizeEnv``, ``requestClass``, ``_isClientAllowed``), the ``ajp-wsgi`` logger, flup's
+tables and packet-type constants, and the protocol names users subclass (``Request``,
+``Connection``), as thin names over flupfast's codec, connection and gateway.
+"""
+import hmac
+import logging
+import sys
+
+from flupfast import _impl
+from flupfast import ajp_connection as _ajp
+from flupfast import connection as _connection
+from flupfast import gateway
+from flupfast.limits import AJP_DEFAULT_PACKET
+from flupfast.protocols.ajp import (  # noqa: F401  (flup's module-level names)
+    CONTAINER_PREFIX, PKTTYPE_CPING, PKTTYPE_CPONG, PKTTYPE_END_RESPONSE, PKTTYPE_FWD_REQ,
+    PKTTYPE_GET_BODY, PKTTYPE_PING, PKTTYPE_SEND_BODY, PKTTYPE_SEND_HEADERS, PKTTYPE_SHUTDOWN,
+    SERVER_PREFIX, attributeTable, methodTable, requestHeaderTable, responseHeaderTable)
+from flupfast.protocols.errors import AJPError
+from flupfast.server import NoDefault
+from flupfast.server._scgi_ajp_base import SCGIAJPServerBase, install_console_handler
+
+__all__ = ['BaseAJPServer']
+
+# The main classes use this name for logging.
+LoggerName = _ajp.LoggerName
+install_console_handler(LoggerName)
+
+ProtocolError = AJPError  # flup's ajp_base.ProtocolError (ours is also a ProtocolError)
+TimeoutException = _connection.TimeoutException
+Request = _ajp.AJPRequest
+InputStream = _impl.InputStream
+
+
+class Connection(_ajp.AJPConnection):
+    """A single connection with the web server: requests one after another, never
+    multiplexed."""
+
+
+class BaseAJPServer(SCGIAJPServerBase):
+    """The AJP13 protocol side of flup's servers; front ends mix in a mode
+    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``)."""
+
+    # What Request class to use.
+    requestClass = Request
+    LoggerName = LoggerName
+
+    # flup's input buffer shrink point; flupfast's stream compacts by its own rule, but the
+    # attribute stays for subclasses that read or set it.
+    inputStreamShrinkThreshold = 102400 - 8192
+
+    # Size of the packets we send, header included: it must not exceed the web server's
+    # (mod_proxy_ajp ProxyIOBufferSize, default 8192; raise both to 65536 for big bodies).
+    # Packets from the web server are accepted up to 64 KiB whatever this says.
+    packetSize = AJP_DEFAULT_PACKET
+
+    # The shared secret mod_proxy_ajp sends with ``secret=`` (Tomcat's secretRequired). None
+    # accepts any request, with or without one (flup drops the connection when one comes);
+    # a string refuses requests without that secret with 403.
+    secret = None
+
+    def __init__(self, application, scriptName='', environ=None, multithreaded=True,
+                 multiprocess=False, bindAddress=('localhost', 8009), allowedServers=NoDefault,
+                 loggingLevel=logging.INFO, debug=False):
+        """
+        scriptName is the initial portion of the URL path that "belongs" to your
+        application. It is used to determine PATH_INFO (which doesn't seem to be passed in).
+        An empty scriptName means your application is mounted at the root of your virtual
+        host.
+
+        environ, which must be a dictionary, can contain any additional environment
+        variables you want to pass to your application.
+
+        Set multithreaded to False if your application is not thread-safe.
+
+        Set multiprocess to True to explicitly set wsgi.multiprocess to True. (Only makes
+        sense with threaded servers.)
+
+        bindAddress is the address to bind to: a 2-tuple (host, port) is IPv4, a 4-tuple
+        (host, port, flowinfo, scope_id) IPv6 (flup: IPv4 only), a string a Unix socket.
+
+        allowedServers must be None or a list of strings representing the IP addresses of
+        servers allowed to connect. None means accept connections from anywhere. By default,
+        it is a list containing the single item '127.0.0.1'.
+
+        loggingLevel sets the logging level of the module-level logger.
+        """
+        self._init_common(application, scriptName, environ, multithreaded, multiprocess,
+                          bindAddress, None, allowedServers, loggingLevel, debug, NoDefault)
+
+    def _isSecretValid(self, secret):
+        expected = self.secret
+        if expected is None:
+            return True
+        return secret is not None and hmac.compare_digest(secret.encode('latin-1'),
+                                                          expected.encode('latin-1'))
+
+    def handler(self, request):
+        """WSGI handler. Sets up WSGI environment, calls the application, and sends the
+        application's response."""
+        environ = self._environ_for(request.environ, request.input)
+        self._sanitizeEnv(environ)
+        gateway.run_application(self.application, environ, _ajp.AJPResponder(request),
+                                None if self.multithreaded else self._appLock)
+
+    def _sanitizeEnv(self, environ):
+        """Fill-in/deduce missing values in environ (flup ajp_base.py:950-969): SCRIPT_NAME
+        is scriptName (or WSGI_SCRIPT_NAME), PATH_INFO the rest of REQUEST_URI (AJP sends
+        the path without the query, percent-encoded, as flup leaves it)."""
+        value = environ['REQUEST_URI']
+        script_name = environ.get('WSGI_SCRIPT_NAME', self.scriptName)
+        if not value.startswith(script_name):
+            self.logger.warning('scriptName does not match request URI')
+        environ['PATH_INFO'] = value[len(script_name):]
+        environ['SCRIPT_NAME'] = script_name
+        gateway.fill_query_string(environ, gateway.split_request_uri(environ))
+
+    def error(self, request):
+        """Override to provide custom error handling. Ideally, however, all errors should be
+        caught at the application level. Sends the 500 page with status 500 (flup sends it
+        with 200)."""
+        request.startResponse(500, b'Internal Server Error', [(b'Content-Type', b'text/html')])
+        request.write(gateway.error_page(self.debug, sys.exc_info()))
