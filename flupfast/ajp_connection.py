@@ -184,6 +184,7 @@ class AJPConnection(Connection):
         self.body_chunk = body_chunk_size(self.packet_size)
         self.max_requests = None  # set by a prefork child: retire after this many
         self.served = 0
+        self.idle = False
 
     # -- packets ------------------------------------------------------------------------------
 
@@ -232,7 +233,11 @@ class AJPConnection(Connection):
 
     def _serve(self):
         while not self.closed:
-            payload = self._next_packet()
+            self.idle = True  # waiting for a request: a single-mode stop may end the wait
+            try:
+                payload = self._next_packet()
+            finally:
+                self.idle = False
             if payload is None:
                 return
             if not payload:

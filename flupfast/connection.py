@@ -368,6 +368,7 @@ class FastCGIConnection(Connection):
         self._eof = False
         self.max_requests = None  # set by a prefork child: retire after this many
         self.served = 0
+        self.idle = False
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -436,8 +437,14 @@ class FastCGIConnection(Connection):
 
     def _serve(self):
         while not self.closed:
-            if not self._events and not self._read_events():
-                return
+            if not self._events:
+                # Between requests (KEEP_CONN) a single-mode stop may end the wait.
+                self.idle = not self._requests
+                try:
+                    if not self._read_events():
+                        return
+                finally:
+                    self.idle = False
             while self._events and not self.closed:
                 self._dispatch(self._events.popleft())
 

@@ -6,10 +6,12 @@ socket (its owner does), or act on signals other than through LoopControl's flag
 """
 import logging
 import selectors
+import socket
 import time
 
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
+from flupfast.output import shutdown_quietly
 from flupfast.serving.signals import LoopControl
 
 __all__ = ["ACCEPT_BACKOFF", "AcceptLoop", "SingleMode"]
@@ -107,12 +109,30 @@ class AcceptLoop(LoopControl):
 
 class SingleMode(AcceptLoop):
     """One connection at a time: the job runs in the loop's thread (flup singleserver.py:88-93).
-    Signals are acted on between connections."""
+    Signals are acted on between connections, and also while a persistent connection (AJP,
+    FastCGI KEEP_CONN) waits idle for its next request: a job that says it is ``idle`` has
+    its socket's read side shut, so its blocked read ends (flup waits for the web server)."""
+
+    _job = None     # the running job and its socket, while dispatch runs
+    _client = None
+
+    @property
+    def keep_going(self):
+        return self._keep_going
+
+    @keep_going.setter
+    def keep_going(self, value):
+        self._keep_going = value
+        if not value and self._job is not None and getattr(self._job, "idle", False):
+            shutdown_quietly(self._client, socket.SHUT_RD)
 
     def dispatch(self, job, client):
+        self._job, self._client = job, client
         try:
             job.run()
         except Exception:
             # flup lets it end run(); one broken connection should not stop the server.
             logger.exception("unhandled exception in job %r", job)
             client.close()
+        finally:
+            self._job = self._client = None

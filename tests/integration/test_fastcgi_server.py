@@ -14,7 +14,7 @@ import pytest
 
 from flupfast.__main__ import parse_bind
 from flupfast.protocols import fastcgi as f
-from tests.fcgi_client import request_bytes, roundtrip
+from tests.fcgi_client import read_response, request_bytes, roundtrip
 from tests.integration.backend_process import ROOT, Server, free_port
 from tests.integration.backend_process import server_factory  # noqa: F401  (a fixture)
 
@@ -72,6 +72,21 @@ def test_cli_demo_serves_and_stops_on_sigterm(server_factory, tmp_path, mode):
     log = server.stop()
     assert time.monotonic() - started < 3, log
     assert server.proc.returncode == 0, log
+
+
+def test_single_mode_stops_while_a_kept_connection_idles(server_factory, tmp_path):
+    # nginx's upstream keepalive holds the single slot open between requests; SIGTERM must
+    # still stop the server within the bound (flup waits until the web server lets go).
+    path = str(tmp_path / 'single.sock')
+    server = server_factory(['--mode', 'single', '--bind', 'unix:' + path], path)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert read_response(sock).status == 200
+        started = time.monotonic()
+        log = server.stop()
+        assert time.monotonic() - started < 3, log
+        assert server.proc.returncode == 0, log
 
 
 def test_cli_serves_an_app_by_name_over_tcp(server_factory):
