@@ -105,4 +105,62 @@ DIFFERENCES = [
         'offers no wsgi.file_wrapper',
         'offers wsgi.file_wrapper; over SCGI a regular file is sent with os.sendfile',
         'PEP 3333 optional extension; large static files without passing through Python'),
+    Difference(
+        'ajp-500-status', 'ajp_base.py:971-990',
+        'sends the 500 page with status 200 (reason "Internal Server Error")',
+        'sends it with status 500',
+        'a proxy, a cache or a monitor must see the failure'),
+    Difference(
+        'ajp-chunked-body', 'ajp_base.py:436-455, :644-668',
+        'ignores a body without Content-Length (chunked): its packets are then read as new '
+        'requests and the connection dies with a protocol error',
+        'pulls a chunked body with GET_BODY_CHUNK until the empty chunk',
+        'mod_proxy_ajp sends chunked uploads only when asked'),
+    Difference(
+        'ajp-secret-stored-method', 'ajp_base.py:706-729',
+        'closes the connection on attribute 0x0C (secret, sent by mod_proxy_ajp secret=) and '
+        'on method 0xFF with attribute 0x0D (stored method: PATCH and other verbs)',
+        'accepts both; the secret is checked when BaseAJPServer.secret is set (403 else) and '
+        'never put in environ; PATCH and friends reach the app',
+        'Apache and mod_jk send these; Tomcat requires secrets by default'),
+    Difference(
+        'ajp-upload-speed', 'ajp_base.py:309-314, :349-356',
+        'two send() calls per packet, no TCP_NODELAY, 8 KiB GET_BODY_CHUNK requests: about '
+        '44 ms per body chunk behind Apache (0.3 MiB/s)',
+        'TCP_NODELAY, one send per batch of packets, GET_BODY_CHUNK for up to 65530 bytes',
+        'a 100 MiB upload took minutes'),
+    Difference(
+        'ajp-response-framing', 'ajp_base.py:575-594, :551-573',
+        'slices the body into 8184-byte packets by copying the rest each time (quadratic); '
+        'SEND_HEADERS, each body packet and END_RESPONSE are separate sends',
+        'frames the body as views of the app\'s bytes (packetSize 8192 by default, settable to '
+        '65536), gathered with the headers into one sendmsg',
+        'a 100 MiB response took minutes'),
+    Difference(
+        'ajp-repeated-headers', 'ajp_base.py:536-544',
+        'keeps the last of repeated request headers',
+        'joins them with ", " (a repeated Content-Length is rejected)',
+        'RFC 9110 5.3; the last value alone loses data'),
+    Difference(
+        'ajp-strict-packets', 'ajp_base.py:170-215, :670-730',
+        'accepts a Content-Length int() accepts ("+5", " 5", "1_0"), skips string NULs '
+        'unchecked and ignores bytes after the attribute list',
+        'rejects each with an AJPError naming the fault and closes the connection',
+        'a lenient parser hides broken peers and invites request smuggling'),
+    Difference(
+        'ajp-method-baseline-control', 'ajp_base.py:56',
+        'method code 26 becomes BASELINE_CONTROL',
+        'BASELINE-CONTROL, the HTTP verb (methodTable itself is unchanged)',
+        'no client sends the underscore spelling'),
+    Difference(
+        'ajp-ipv6-unix', 'ajp_base.py:823-829',
+        'binds IPv4 only',
+        'also binds IPv6 (a 4-tuple) and Unix sockets (a str)',
+        'additive'),
+    Difference(
+        'single-mode-stop-idle', 'singleserver.py:88-93',
+        'a SIGTERM while a persistent connection (AJP, FastCGI KEEP_CONN) is open waits '
+        'until the web server closes it',
+        'ends the idle connection\'s wait and stops within a second',
+        'mod_fcgid and service managers expect SIGTERM to stop the process'),
 ]
