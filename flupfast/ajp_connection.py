@@ -50,10 +50,13 @@ class _BodySource:
         conn = self._conn
         if self.unsolicited:
             self.unsolicited = False
+            want = MAX_BODY_REQUEST
         else:
             want = MAX_BODY_REQUEST if self.left is None else min(self.left, MAX_BODY_REQUEST)
             conn.send([ajp.encode_get_body_chunk(want)])
         data = conn.next_body_chunk()
+        if len(data) > want:
+            raise AJPError('body chunk of %d bytes where %d were asked for' % (len(data), want))
         if not data:
             self.ended = True
             if self.left:

@@ -301,6 +301,20 @@ def test_a_body_chunk_longer_than_content_length_is_an_error(use_backend, caplog
     assert 'body chunk of 7 bytes where 3 remained' in caplog.text
 
 
+def test_a_body_chunk_longer_than_asked_for_is_an_error(use_backend, caplog):
+    h = Harness(echo)
+    web = h.connect()
+    wire = packet(forward_request('POST', '/', headers=[('Content-Length', '10000')]))
+    with caplog.at_level(logging.ERROR, logger='ajp-wsgi'):
+        web.sock.sendall(wire + body_packet(b'a' * 8000))
+        raw = web.sock.recv(100)
+        assert read_container_packets(raw)[0] == [('get_body', 2000)]
+        web.sock.sendall(body_packet(b'b' * 3000))
+        assert web.closed()
+        h.join()
+    assert 'body chunk of 3000 bytes where 2000 were asked for' in caplog.text
+
+
 def test_web_server_closing_mid_body_ends_the_read_with_an_error(use_backend, caplog):
     seen = []
 
