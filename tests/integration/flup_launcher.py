@@ -3,10 +3,13 @@ can start either server by swapping the command.
 
 Test-only: it imports flup (a test dependency) and must never be imported by the package.
 
-    python flup_launcher.py --mode thread|fork|single --bind HOST:PORT|unix:/path [module:callable]
+    python flup_launcher.py [--protocol fcgi|scgi|ajp] --mode thread|fork|single
+                            --bind HOST:PORT|unix:/path [--allowed-servers A,B] [module:callable]
 
-No ``--bind``: serve on the listening socket inherited as fd 0 (mod_fcgid style). No app: a
-built-in hello app.
+No ``--bind``: FastCGI serves on the listening socket inherited as fd 0 (mod_fcgid style); SCGI
+and AJP use flup's default addresses. No app: a built-in hello app. flup has no SCGI or AJP
+single mode, and its AJP server binds IPv4 only. ``--allowed-servers`` (SCGI/AJP) becomes
+flup's ``allowedServers`` list; without it flup's front-end classes accept anybody (None).
 """
 import argparse
 import importlib
@@ -43,30 +46,47 @@ def load_app(spec):
     return obj
 
 
-def server_class(mode):
-    if mode == "thread":
-        from flup.server.fcgi import WSGIServer
-    elif mode == "fork":
-        from flup.server.fcgi_fork import WSGIServer
-    else:
-        from flup.server.fcgi_single import WSGIServer
-    return WSGIServer
+MODULES = {
+    ("fcgi", "thread"): "flup.server.fcgi",
+    ("fcgi", "fork"): "flup.server.fcgi_fork",
+    ("fcgi", "single"): "flup.server.fcgi_single",
+    ("scgi", "thread"): "flup.server.scgi",
+    ("scgi", "fork"): "flup.server.scgi_fork",
+    ("ajp", "thread"): "flup.server.ajp",
+    ("ajp", "fork"): "flup.server.ajp_fork",
+}
+
+
+def server_class(mode, protocol="fcgi"):
+    try:
+        module = MODULES[protocol, mode]
+    except KeyError:
+        raise SystemExit("flup 1.0.3 has no %s server in %s mode" % (protocol, mode))
+    return importlib.import_module(module).WSGIServer
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="flup_launcher", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--protocol", choices=("fcgi", "scgi", "ajp"), default="fcgi")
     parser.add_argument("--mode", choices=("thread", "fork", "single"), default="thread")
     parser.add_argument("--bind", default=None, help="HOST:PORT or unix:/path; default fd 0")
     parser.add_argument("--umask", type=lambda s: int(s, 8), default=None,
                         help="umask while creating a Unix socket (octal)")
+    parser.add_argument("--allowed-servers", default=None,
+                        help="SCGI/AJP: comma-separated IPv4 addresses allowed to connect")
     parser.add_argument("app", nargs="?", default=None, help="module:callable")
     args = parser.parse_args(argv)
 
     app = load_app(args.app)
-    kwargs = {"bindAddress": parse_bind(args.bind)}
-    if args.umask is not None:
+    cls = server_class(args.mode, args.protocol)
+    kwargs = {}
+    if args.bind is not None or args.protocol == "fcgi":  # else flup's SCGI/AJP default
+        kwargs["bindAddress"] = parse_bind(args.bind)
+    if args.umask is not None and args.protocol != "ajp":  # flup's AJP has no umask
         kwargs["umask"] = args.umask
-    server = server_class(args.mode)(app, **kwargs)
+    if args.allowed_servers and args.protocol != "fcgi":
+        kwargs["allowedServers"] = [a.strip() for a in args.allowed_servers.split(",")]
+    server = cls(app, **kwargs)
     # flup's run() returns True on SIGHUP (reload); a launcher just exits.
     server.run()
     return 0
