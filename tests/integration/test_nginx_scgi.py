@@ -1,0 +1,167 @@
+"""The server under test over SCGI behind a real nginx (``scgi_pass``), on loopback TCP and on a
+Unix socket, plus SCGI checks that need no front (the allow-list).
+
+nginx sends CONTENT_LENGTH first, then ``scgi_params`` (REQUEST_URI, DOCUMENT_URI, no
+SCRIPT_NAME or PATH_INFO); the main location adds what a typical site does (SCRIPT_NAME "" and
+PATH_INFO $uri), ``location ~ ^(/app)(/.*)$`` mounts the app on a prefix, and the counted port
+(through the connection-counting proxy) has the stock parameters only. One backend connection
+per request (SCGI has no keep-alive). Checks live in peers.FrontSuite.
+"""
+import contextlib
+import json
+
+import pytest
+
+from .peers import (SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, expected_sha256, free_port,
+                    latin1_of_utf8, make_tempdir, probe, raw_exchange, remove_tempdir,
+                    scgi_request, start_backend, start_nginx_scgi, wait_for_log)
+
+pytestmark = [pytest.mark.peer]
+
+
+class NginxScgiSuite(ScgiChecks, FrontSuite):
+    unix = False
+    flup_bugs = SCGI_FLUP_BUGS
+
+    @pytest.fixture(scope="class")
+    def front(self, server):
+        front = start_nginx_scgi(server, unix=self.unix,
+                                 name="nginx-scgi-%s" % ("unix" if self.unix else "tcp"))
+        yield front
+        front.stop()
+
+    @pytest.mark.parametrize("wire, decoded", [
+        ("/environ/x", "/environ/x"),
+        ("/environ/caf%C3%A9/a%20b", latin1_of_utf8("/environ/café/a b")),
+        (latin1_of_utf8("/environ/ü"), latin1_of_utf8("/environ/ü")),
+    ], ids=["plain", "percent", "raw-utf8"])
+    def test_site_mount_path_info(self, front, wire, decoded):
+        """location ~ ^(/app)(/.*)$: SCRIPT_NAME=/app, PATH_INFO the decoded rest."""
+        resp = front.request("GET", "/app" + wire + "?k=%C3%A9")
+        assert resp.status == 200, resp.body[:500]
+        env = resp.json()
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/app", decoded)
+        assert env["REQUEST_URI"] == "/app" + wire + "?k=%C3%A9"
+        assert env["QUERY_STRING"] == "k=%C3%A9"
+        assert env["DOCUMENT_URI"] == "/app" + decoded
+
+    @pytest.mark.parametrize("wire", [
+        "/environ/x", "/environ/caf%C3%A9/a%20b%21", latin1_of_utf8("/environ/café/ü"),
+    ], ids=["plain", "percent", "raw-utf8"])
+    def test_stock_scgi_params(self, front, wire):
+        """The stock scgi_params only (no SCRIPT_NAME, no PATH_INFO): as flup does, SCRIPT_NAME
+        is "" and PATH_INFO the REQUEST_URI path, not percent-decoded (flupfast keeps flup's
+        undecoded cut: compat/known_differences.py)."""
+        with contextlib.closing(front.client(port=front.counted_port)) as c:
+            resp = c.request("GET", wire + "?k=1")
+        assert resp.status == 200, resp.body[:500]
+        env = resp.json()
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("", wire)
+        assert (env["REQUEST_URI"], env["QUERY_STRING"]) == (wire + "?k=1", "k=1")
+
+
+class TestNginxScgiTcp(NginxScgiSuite):
+    unix = False
+
+
+class TestNginxScgiUnix(NginxScgiSuite):
+    """The same over a Unix socket; the 100 MiB and per-mode checks already ran over TCP."""
+    unix = True
+
+    @pytest.fixture(autouse=True)
+    def _tcp_covers(self, request):
+        if request.node.originalname in (
+                "test_upload_100mib_read65536", "test_upload_100mib_readline",
+                "test_download_100mib", "test_upload_100mib_read_content_length",
+                "test_site_mount_path_info", "test_stock_scgi_params",
+                "test_percent_encoded_path", "test_raw_utf8_path", "test_str_body_latin1",
+                "test_error_after_first_chunk") or (
+                request.node.originalname == "test_upload_modes"
+                and request.node.callspec.params.get("mode") not in ("read", "readline")):
+            pytest.skip("covered over TCP: the transport does not change it")
+
+
+class _ScgiModeSuite:
+    """The smoke checks plus bodies and errors, for the fork mode."""
+    pytestmark = [pytest.mark.peer]
+    mode = None
+
+    @pytest.fixture(scope="class")
+    def front(self, server):
+        front = start_nginx_scgi(server, mode=self.mode, name="nginx-scgi-%s" % self.mode)
+        yield front
+        front.stop()
+
+    flup_bugs = SCGI_FLUP_BUGS
+    _known_flup_bugs = FrontSuite._known_flup_bugs
+    test_hello = FrontSuite.test_hello
+    test_environ_query_string = FrontSuite.test_environ_query_string
+    test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
+    test_chunked_upload = FrontSuite.test_chunked_upload
+    test_error_page = FrontSuite.test_error_page
+    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
+    test_one_backend_connection_per_request = ScgiChecks.test_one_backend_connection_per_request
+
+
+class TestNginxScgiForkMode(_ScgiModeSuite):
+    mode = "fork"
+
+
+class TestNginxScgiSingleMode(_ScgiModeSuite):
+    """flup 1.0.3 has no scgi_single: skipped there."""
+    mode = "single"
+
+
+# ------------------------------------------------------------------------------------------
+# No front: the allow-list, with raw SCGI requests from two loopback source addresses
+
+SCGI_GET = scgi_request([("REQUEST_METHOD", "GET"), ("REQUEST_URI", "/"), ("SCRIPT_NAME", ""),
+                         ("PATH_INFO", "/"), ("QUERY_STRING", ""),
+                         ("SERVER_NAME", "localhost"), ("SERVER_PORT", "80"),
+                         ("SERVER_PROTOCOL", "HTTP/1.1"), ("REMOTE_ADDR", "127.0.0.1")])
+
+
+@pytest.fixture(scope="module")
+def allow_listed(server):
+    """A backend allowing 10.9.9.9 and 127.0.0.2 only, on 127.0.0.1:PORT."""
+    root = make_tempdir("scgi-allow")
+    port = free_port()
+    proc = start_backend(server, root, "127.0.0.1:%d" % port, protocol="scgi",
+                         extra=["--allowed-servers", "10.9.9.9,127.0.0.2"],
+                         name="backend-%s-scgi-allow" % server.name)
+    yield proc, ("127.0.0.1", port)
+    proc.stop()
+    remove_tempdir(root)
+
+
+@pytest.mark.smoke
+def test_allowed_servers(allow_listed):
+    """A peer not in --allowed-servers is closed on without an answer and logged as
+    'disallowed'; an allowed one (source 127.0.0.2) is then served as usual."""
+    proc, address = allow_listed
+    assert raw_exchange(address, SCGI_GET, source="127.0.0.1") == b""
+    assert wait_for_log(proc, "disallowed"), proc.describe()
+    answer = raw_exchange(address, SCGI_GET, source="127.0.0.2")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"Status: 200"), (answer[:500], proc.describe())
+    assert body == probe.HELLO
+    assert proc.alive(), proc.describe()
+
+
+@pytest.mark.smoke
+def test_raw_request_body_bounded(server, allow_listed):
+    """The body ends at CONTENT_LENGTH even though the connection stays open for writing:
+    read() returns after exactly the announced bytes."""
+    if server.is_flup:
+        pytest.xfail("flup 1.0.3: " + SCGI_FLUP_BUGS["test_upload_modes"][0])
+    proc, address = allow_listed
+    body = probe.pattern_bytes(70001)
+    req = scgi_request([("REQUEST_METHOD", "POST"), ("REQUEST_URI", "/upload?mode=read"),
+                        ("QUERY_STRING", "mode=read"), ("SCRIPT_NAME", ""),
+                        ("PATH_INFO", "/upload"), ("SERVER_NAME", "localhost"),
+                        ("SERVER_PORT", "80"), ("SERVER_PROTOCOL", "HTTP/1.1")], body)
+    answer = raw_exchange(address, req, source="127.0.0.2")  # no shutdown(SHUT_WR), as fronts
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"Status: 200"), (answer[:500], proc.describe())
+    got = json.loads(payload)
+    assert (got["length"], got["sha256"]) == (70001, expected_sha256(70001))
