@@ -25,6 +25,14 @@ from flupfast.serving.listen import bind_listen_socket, inherited_listen_socket
 
 __all__ = ['BaseFCGIServer']
 
+# flup's struct formats of the spec's records (section 8), for code that packs its own.
+FCGI_Header = '!BBHHBx'
+FCGI_BeginRequestBody = '!HB5x'
+FCGI_EndRequestBody = '!LB3x'
+FCGI_UnknownTypeBody = '!B7x'
+FCGI_EndRequestBody_LEN = 8
+FCGI_UnknownTypeBody_LEN = 8
+
 thread_available = True  # flup falls back to no threads when _thread is missing; CPython has it
 
 # flup's debug switches. flup writes to a fixed file in the temp dir when DEBUG > 0; we never

@@ -6,6 +6,7 @@ logic here.
 """
 import signal
 
+from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.prefork import PreforkMode, notify_parent
 from flupfast.server.singleserver import _ModeFacade
 

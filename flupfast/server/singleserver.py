@@ -6,6 +6,7 @@ camelCase hooks and attributes onto them. No serving logic here.
 """
 import signal
 
+from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.single import SingleMode
 
 __all__ = ['SingleServer']

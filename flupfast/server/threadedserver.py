@@ -3,6 +3,7 @@
 A thin adapter over flupfast.serving.threaded (accept loop, pool hand-off, bounded shutdown);
 it maps flup's camelCase hooks and attributes only. No serving logic here.
 """
+from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server.singleserver import _AcceptLoopFacade
 from flupfast.server.threadpool import ThreadPool
