@@ -7,8 +7,24 @@
  *
  * It is compiled by bench/run.py at bench time (cc -O2); no binary is committed.
  *
- *   fcgi_load (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k]
+ *   fcgi_load [-P fcgi|scgi|ajp] (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k]
  *             (-d SECONDS [-w WARMUP] | -n COUNT) [-T DEADLINE] [-o FILE [-O SIZE_HINT]]
+ *
+ *   -P   the protocol (default fcgi):
+ *        fcgi  the request file is BEGIN_REQUEST, PARAMS, STDIN records; the answer ends at
+ *              END_REQUEST.
+ *        scgi  the request file is the netstring header block and the body, sent as is; one
+ *              request per connection, the answer ends at EOF (-k is ignored). "bad_status" if
+ *              it does not begin with "Status: 200".
+ *        ajp   the request file is AJP13 packets (0x12 0x34 LEN): FORWARD_REQUEST, then the
+ *              body packets. FORWARD_REQUEST and the first body packet are sent at once (as
+ *              mod_proxy_ajp and mod_jk do), every further body packet only when the
+ *              container asks with GET_BODY_CHUNK (an empty packet once the body is all
+ *              sent). The answer ends at END_RESPONSE; connections are persistent (-k is
+ *              implied) unless END_RESPONSE says reuse=0. "bad_status" if SEND_HEADERS'
+ *              status is not 200 or a request ends without SEND_HEADERS.
+ *        With -o, scgi and ajp save every byte received for the last request (ajp: the
+ *        container's packets, headers included), fcgi the STDOUT payload.
  *
  *   -k   set FCGI_KEEP_CONN in BEGIN_REQUEST and reuse each connection; without -k the flag
  *        is cleared and every request opens a new connection (flup's default).
@@ -49,6 +65,14 @@
 #define FCGI_STDERR 7
 #define FCGI_KEEP_CONN 1
 
+/* AJP13 (ajpv13a): container -> web server packet types */
+#define AJP_SEND_BODY_CHUNK 3
+#define AJP_SEND_HEADERS 4
+#define AJP_END_RESPONSE 5
+#define AJP_GET_BODY_CHUNK 6
+
+enum { P_FCGI, P_SCGI, P_AJP };
+
 #define MAX_CONNS 1024
 #define RECV_SIZE (256 * 1024)
 #define RETRY_DELAY 0.002 /* seconds before a slot reconnects after an error */
@@ -59,6 +83,11 @@ struct conn {
     int fd;
     int state;
     size_t wpos;           /* request bytes written */
+    size_t wlimit;         /* request bytes that may be written now (ajp: packets asked for) */
+    size_t next_pkt;       /* ajp: index in pkt_end of the next body packet to release */
+    int empties_owed;      /* ajp: empty body packets asked for beyond the body */
+    int got_headers;       /* ajp: SEND_HEADERS seen */
+    long rbytes;           /* scgi: bytes received for this request */
     unsigned char hdr[8];  /* record header being collected */
     int hlen;
     int rtype;
@@ -83,6 +112,9 @@ static struct sockaddr_un un_addr;
 static struct sockaddr_storage tcp_addr;
 static socklen_t tcp_addr_len;
 static int keep_conn = 0;
+static int proto = P_FCGI;
+static size_t *pkt_end;    /* ajp: end offset of each packet of the request file */
+static size_t npkt = 0;
 static int nconns = 1;
 static double duration = 0, warmup = 0, deadline_s = 60;
 static long count_limit = 0;
@@ -149,6 +181,9 @@ static int may_start(void) {
 
 static void reset_parse(struct conn *c) {
     c->hlen = 0;
+    c->got_headers = 0;
+    c->rbytes = 0;
+    c->empties_owed = 0;
     c->content_left = c->pad_left = 0;
     c->endlen = 0;
     c->stlen = 0;
@@ -159,10 +194,17 @@ static int write_some(struct conn *c);
 
 static void start_request(struct conn *c) {
     c->wpos = 0;
+    if (proto == P_AJP) {
+        /* FORWARD_REQUEST and the first body packet (if any); the rest on GET_BODY_CHUNK */
+        c->next_pkt = npkt > 1 ? 2 : 1;
+        c->wlimit = pkt_end[c->next_pkt - 1];
+    } else {
+        c->wlimit = req_len;
+    }
     reset_parse(c);
     started++;
     if (write_some(c) < 0) return;
-    ep_set(c, c->wpos < req_len ? (EPOLLIN | EPOLLOUT) : EPOLLIN, EPOLL_CTL_MOD);
+    ep_set(c, c->wpos < c->wlimit ? (EPOLLIN | EPOLLOUT) : EPOLLIN, EPOLL_CTL_MOD);
 }
 
 /* Open a new connection for slot c and start its request. */
@@ -212,8 +254,9 @@ static void fail_conn(struct conn *c, const char *what, int err) {
 
 /* Returns -1 if the connection failed (and was closed). */
 static int write_some(struct conn *c) {
-    while (c->wpos < req_len) {
-        ssize_t n = send(c->fd, req_buf + c->wpos, req_len - c->wpos, MSG_NOSIGNAL);
+    static const unsigned char empty_pkt[4] = {0x12, 0x34, 0, 0};
+    while (c->wpos < c->wlimit) {
+        ssize_t n = send(c->fd, req_buf + c->wpos, c->wlimit - c->wpos, MSG_NOSIGNAL);
         if (n > 0) {
             c->wpos += (size_t)n;
             bytes_sent += (unsigned long long)n;
@@ -222,6 +265,17 @@ static int write_some(struct conn *c) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) return 0;
         fail_conn(c, "send", errno);
+        return -1;
+    }
+    while (c->empties_owed) {
+        /* 4 bytes after everything else we sent was taken: the socket has room */
+        ssize_t n = send(c->fd, empty_pkt, 4, MSG_NOSIGNAL);
+        if (n == 4) {
+            c->empties_owed--;
+            bytes_sent += 4;
+            continue;
+        }
+        fail_conn(c, "send (empty body packet)", n < 0 ? errno : 0);
         return -1;
     }
     return 0;
@@ -239,20 +293,27 @@ static void save_append(const unsigned char *p, size_t n) {
     save_len += n;
 }
 
+static void note_bad(const char *text, int len) {
+    bad_status++;
+    if (!first_bad[0]) {
+        int i;
+        for (i = 0; i < len && i < (int)sizeof first_bad - 1; i++)
+            first_bad[i] = (text[i] >= 32 && text[i] < 127) ? text[i] : '?';
+        first_bad[i] = 0;
+    }
+}
+
 static void request_done(struct conn *c) {
     double t = now();
     int ok = 1;
-    if (c->endlen < 8 || c->endbuf[4] != 0) {
+    if (proto == P_FCGI && (c->endlen < 8 || c->endbuf[4] != 0)) {
         note_error("END_REQUEST with protocol status != REQUEST_COMPLETE", 0);
         ok = 0;
+    } else if (proto == P_AJP) {
+        if (!c->got_headers) note_bad("END_RESPONSE without SEND_HEADERS", 33);
+        else if (c->stlen < 3) note_bad(c->stbuf, c->stlen);
     } else if (c->stlen < 11 || memcmp(c->stbuf, "Status: 200", 11) != 0) {
-        bad_status++;
-        if (!first_bad[0]) {
-            int i;
-            for (i = 0; i < c->stlen && i < (int)sizeof first_bad - 1; i++)
-                first_bad[i] = (c->stbuf[i] >= 32 && c->stbuf[i] < 127) ? c->stbuf[i] : '?';
-            first_bad[i] = 0;
-        }
+        note_bad(c->stbuf, c->stlen);
     }
     completed_all++;
     if (in_window && ok) {
@@ -267,6 +328,94 @@ static void request_done(struct conn *c) {
         double us = (t - c->t_start) * 1e6;
         lat_us[lat_n++] = us > 4e9 ? 4000000000u : (uint32_t)us;
     }
+}
+
+/* SCGI: the answer is every byte until EOF. */
+static void parse_scgi(struct conn *c, const unsigned char *p, size_t n) {
+    bytes_stdout += n;
+    if (c->stlen < 11) {
+        size_t k = 11 - (size_t)c->stlen;
+        if (k > n) k = n;
+        memcpy(c->stbuf + c->stlen, p, k);
+        c->stlen += (int)k;
+    }
+    c->rbytes += (long)n;
+    if (save_path) save_append(p, n);
+}
+
+/* AJP13: packets 'A' 'B' LEN16 PAYLOAD; returns 1 when END_RESPONSE completed the request
+ * (*reuse: its reuse flag), -1 on a protocol error. hdr[0..3] collects the header, endbuf the
+ * first 3 payload bytes (type and status, or type and reuse). */
+static int parse_ajp(struct conn *c, const unsigned char *p, size_t n, size_t *used,
+                     int *reuse) {
+    size_t i = 0;
+    while (i < n) {
+        if (c->hlen < 4) {
+            size_t take = 4 - (size_t)c->hlen;
+            if (take > n - i) take = n - i;
+            memcpy(c->hdr + c->hlen, p + i, take);
+            c->hlen += (int)take;
+            i += take;
+            if (c->hlen < 4) break;
+            if (c->hdr[0] != 'A' || c->hdr[1] != 'B') {
+                *used = i;
+                return -1;
+            }
+            c->content_left = ((uint32_t)c->hdr[2] << 8) | c->hdr[3];
+            c->endlen = 0;
+            if (c->content_left == 0) {
+                *used = i;
+                return -1;
+            }
+        } else {
+            size_t take = c->content_left;
+            if (take > n - i) take = n - i;
+            if (c->endlen < 3) {
+                size_t k = 3 - (size_t)c->endlen;
+                if (k > take) k = take;
+                memcpy(c->endbuf + c->endlen, p + i, k);
+                c->endlen += (int)k;
+            }
+            c->content_left -= (uint32_t)take;
+            i += take;
+        }
+        if (c->hlen == 4 && !c->content_left) {
+            uint32_t plen = ((uint32_t)c->hdr[2] << 8) | c->hdr[3];
+            int type = c->endbuf[0];
+            c->hlen = 0;
+            if (type == AJP_SEND_BODY_CHUNK) {
+                /* type 1, length 2, data, NUL */
+                if (plen >= 4) bytes_stdout += plen - 4;
+            } else if (type == AJP_SEND_HEADERS) {
+                c->got_headers = 1;
+                if (c->endlen >= 3 && c->endbuf[1] == 0 && c->endbuf[2] == 200) {
+                    c->stlen = 3;
+                } else {
+                    char text[32];
+                    int len = snprintf(text, sizeof text, "AJP status %d",
+                                       c->endlen >= 3 ? (c->endbuf[1] << 8) | c->endbuf[2]
+                                                      : -1);
+                    c->stlen = 0;
+                    note_bad(text, len);
+                }
+            } else if (type == AJP_GET_BODY_CHUNK) {
+                if (c->next_pkt < npkt) {
+                    c->wlimit = pkt_end[c->next_pkt++];
+                } else {
+                    c->empties_owed++;
+                }
+                if (write_some(c) < 0) return -2;
+                ep_set(c, (c->wpos < c->wlimit || c->empties_owed) ? (EPOLLIN | EPOLLOUT)
+                                                                   : EPOLLIN, EPOLL_CTL_MOD);
+            } else if (type == AJP_END_RESPONSE) {
+                *reuse = c->endlen >= 2 ? c->endbuf[1] : 0;
+                *used = i;
+                return 1;
+            }
+        }
+    }
+    *used = i;
+    return 0;
 }
 
 /* Parse received bytes; returns 1 when END_REQUEST completed the request. */
@@ -326,6 +475,17 @@ static int parse(struct conn *c, const unsigned char *p, size_t n, size_t *used)
 
 static unsigned char rbuf[RECV_SIZE];
 
+static void next_request(struct conn *c, int reuse) {
+    if (reuse && may_start()) {
+        c->keep_open = 1;
+        c->t_start = now();
+        start_request(c);
+    } else {
+        close_conn(c);
+        if (may_start()) open_conn(c);
+    }
+}
+
 static void on_readable(struct conn *c) {
     for (;;) {
         ssize_t n = recv(c->fd, rbuf, sizeof rbuf, 0);
@@ -336,20 +496,40 @@ static void on_readable(struct conn *c) {
             return;
         }
         if (n == 0) {
-            fail_conn(c, "EOF before END_REQUEST", 0);
+            if (proto == P_SCGI && c->rbytes > 0) { /* the end of an SCGI answer */
+                request_done(c);
+                next_request(c, 0);
+                return;
+            }
+            fail_conn(c, proto == P_AJP ? "EOF before END_RESPONSE"
+                         : proto == P_SCGI ? "EOF before any answer" : "EOF before END_REQUEST",
+                      0);
             return;
         }
         size_t used;
-        if (parse(c, rbuf, (size_t)n, &used)) {
-            request_done(c);
-            if (keep_conn && may_start()) {
-                c->keep_open = 1;
-                c->t_start = now();
-                start_request(c);
-            } else {
-                close_conn(c);
-                if (may_start()) open_conn(c);
+        if (proto == P_SCGI) {
+            parse_scgi(c, rbuf, (size_t)n);
+        } else if (proto == P_AJP) {
+            int reuse = 0;
+            int rc = parse_ajp(c, rbuf, (size_t)n, &used, &reuse);
+            if (rc == -2) return; /* failed and closed while answering GET_BODY_CHUNK */
+            if (save_path) save_append(rbuf, used);
+            if (rc < 0) {
+                fail_conn(c, "AJP protocol error (bad packet header)", 0);
+                return;
             }
+            if (rc == 1) {
+                if (used < (size_t)n) {
+                    fail_conn(c, "bytes after END_RESPONSE", 0);
+                    return;
+                }
+                request_done(c);
+                next_request(c, reuse);
+                return;
+            }
+        } else if (parse(c, rbuf, (size_t)n, &used)) {
+            request_done(c);
+            next_request(c, keep_conn);
             return;
         }
         if ((size_t)n < sizeof rbuf) return; /* probably drained; epoll tells us if not */
@@ -373,7 +553,8 @@ static void on_event(struct conn *c, uint32_t ev) {
     if (c->state != S_ACTIVE) return;
     if (ev & EPOLLOUT) {
         if (write_some(c) < 0) return;
-        if (c->wpos >= req_len) ep_set(c, EPOLLIN, EPOLL_CTL_MOD);
+        if (c->fd >= 0 && c->wpos >= c->wlimit && !c->empties_owed)
+            ep_set(c, EPOLLIN, EPOLL_CTL_MOD);
     }
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
 }
@@ -400,7 +581,7 @@ static void json_string(const char *s) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: fcgi_load (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k] "
+    fprintf(stderr, "usage: fcgi_load [-P fcgi|scgi|ajp] (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k] "
                     "(-d SECONDS [-w WARMUP] | -n COUNT) [-T DEADLINE] [-o FILE [-O SIZE]]\n");
     exit(2);
 }
@@ -420,6 +601,27 @@ static void load_request(const char *path) {
         got += (size_t)n;
     }
     close(fd);
+    if (proto == P_SCGI) return;
+    if (proto == P_AJP) {
+        /* the packets' ends; at least FORWARD_REQUEST */
+        size_t off = 0, cap = 16;
+        pkt_end = malloc(cap * sizeof *pkt_end);
+        while (off < req_len) {
+            if (req_len - off < 4 || req_buf[off] != 0x12 || req_buf[off + 1] != 0x34) break;
+            off += 4 + (((size_t)req_buf[off + 2] << 8) | req_buf[off + 3]);
+            if (off > req_len) break;
+            if (npkt == cap) pkt_end = realloc(pkt_end, (cap *= 2) * sizeof *pkt_end);
+            if (!pkt_end) die("realloc");
+            pkt_end[npkt++] = off;
+        }
+        if (off != req_len || npkt == 0 || req_buf[4] != 2) {
+            fprintf(stderr, "fcgi_load: the request file must be AJP packets, starting with "
+                            "FORWARD_REQUEST\n");
+            exit(2);
+        }
+        keep_conn = 1;
+        return;
+    }
     /* Spec 5.1: FCGI_BeginRequestBody {roleB1, roleB0, flags, ...} follows the header. */
     if (req_len < 16 || req_buf[1] != FCGI_BEGIN_REQUEST) {
         fprintf(stderr, "fcgi_load: the request file must start with BEGIN_REQUEST\n");
@@ -455,8 +657,14 @@ static void set_tcp(const char *spec) {
 int main(int argc, char **argv) {
     const char *req_path = NULL, *unix_path = NULL, *tcp_spec = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "u:t:r:c:kd:w:n:T:o:O:")) != -1) {
+    while ((opt = getopt(argc, argv, "P:u:t:r:c:kd:w:n:T:o:O:")) != -1) {
         switch (opt) {
+        case 'P':
+            if (!strcmp(optarg, "fcgi")) proto = P_FCGI;
+            else if (!strcmp(optarg, "scgi")) proto = P_SCGI;
+            else if (!strcmp(optarg, "ajp")) proto = P_AJP;
+            else usage();
+            break;
         case 'u': unix_path = optarg; break;
         case 't': tcp_spec = optarg; break;
         case 'r': req_path = optarg; break;
@@ -481,6 +689,7 @@ int main(int argc, char **argv) {
     } else {
         set_tcp(tcp_spec);
     }
+    if (proto == P_SCGI) keep_conn = 0;
     load_request(req_path);
     if (save_path && save_hint) {
         save_buf = malloc(save_hint);

@@ -1,19 +1,32 @@
 """Run real flup 1.0.3 with the command line the benchmark gives ``python -m flupfast``:
 
-    python bench/flup_server.py --mode thread|fork|single --bind unix:/path module:callable
+    python bench/flup_server.py [--protocol fcgi|scgi|ajp] --mode thread|fork|single
+                                --bind unix:/path|HOST:PORT [--log-level INFO] module:callable
 
 Bench-only: it imports flup, which flupfast itself never does. flup's defaults are kept
-(maxSpare=5, maxThreads unlimited, 8 KiB records), as a user of flup would run it.
+(maxSpare=5, maxThreads unlimited, 8 KiB records and packets), as a user of flup would run it.
+``--log-level`` is flup's ``loggingLevel`` for SCGI and AJP (flup's default is INFO: one line
+per request on stderr); FastCGI has no such option.
 """
 import argparse
 import importlib
+import logging
 import sys
+
+MODULES = {
+    ("fcgi", "thread"): "flup.server.fcgi", ("fcgi", "fork"): "flup.server.fcgi_fork",
+    ("fcgi", "single"): "flup.server.fcgi_single",
+    ("scgi", "thread"): "flup.server.scgi", ("scgi", "fork"): "flup.server.scgi_fork",
+    ("ajp", "thread"): "flup.server.ajp", ("ajp", "fork"): "flup.server.ajp_fork",
+}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="flup_server")
+    parser.add_argument("--protocol", choices=("fcgi", "scgi", "ajp"), default="fcgi")
     parser.add_argument("--mode", choices=("thread", "fork", "single"), default="thread")
     parser.add_argument("--bind", required=True, help="unix:/path or HOST:PORT")
+    parser.add_argument("--log-level", default="INFO", help="SCGI/AJP loggingLevel")
     parser.add_argument("app", help="module:callable")
     args = parser.parse_args(argv)
 
@@ -26,13 +39,14 @@ def main(argv=None):
     else:
         host, _, port = args.bind.rpartition(":")
         bind = (host, int(port))
-    if args.mode == "thread":
-        from flup.server.fcgi import WSGIServer
-    elif args.mode == "fork":
-        from flup.server.fcgi_fork import WSGIServer
-    else:
-        from flup.server.fcgi_single import WSGIServer
-    WSGIServer(app, bindAddress=bind).run()
+    name = MODULES.get((args.protocol, args.mode))
+    if name is None:
+        parser.error("flup 1.0.3 has no %s server in %s mode" % (args.protocol, args.mode))
+    server_class = importlib.import_module(name).WSGIServer
+    kwargs = {"bindAddress": bind}
+    if args.protocol != "fcgi":
+        kwargs["loggingLevel"] = logging.getLevelName(args.log_level.upper())
+    server_class(app, **kwargs).run()
     return 0
 
 
