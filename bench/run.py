@@ -49,8 +49,11 @@ STOP_GRACE = 3.0           # SIGTERM -> this long -> poke the socket -> STOP_GRA
 CLIENT_SLACK = 15.0        # subprocess timeout beyond the client's own -T deadline
 
 
+_T0 = time.monotonic()
+
+
 def log(msg):
-    print(msg, file=sys.stderr, flush=True)
+    print("[%6.1f s] %s" % (time.monotonic() - _T0, msg), file=sys.stderr, flush=True)
 
 
 # -- FastCGI request bytes (FastCGI 1.0 spec sections 3.3-3.4, 5.1) ----------------------------
@@ -209,25 +212,54 @@ class RSSSampler:
 
 # -- servers ---------------------------------------------------------------------------------
 
-class Server:
-    """One server subprocess on a Unix socket; ``start`` is bounded, ``stop`` by PID."""
+def free_port():
+    """A free TCP port on 127.0.0.1 (the kernel picks it; bound again at once by the server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    def __init__(self, kind, mode, app, workdir, env_extra=None):
+
+def _connect(address, timeout=1.0):
+    """Connect to ``address`` (a Unix socket path, or "HOST:PORT") and close; raises OSError."""
+    if address.startswith("/"):
+        family, target = socket.AF_UNIX, address
+    else:
+        host, _, port = address.rpartition(":")
+        family, target = socket.AF_INET, (host, int(port))
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(target)
+
+
+class Server:
+    """One server subprocess on a Unix socket (or TCP loopback: ``tcp=True``, AJP); ``start``
+    is bounded, ``stop`` by PID. ``protocol`` is fcgi, scgi or ajp; ``log_level`` is given to
+    both flup (SCGI/AJP loggingLevel) and flupfast."""
+
+    def __init__(self, kind, mode, app, workdir, env_extra=None, protocol="fcgi", tcp=False,
+                 log_level="WARNING", extra_args=()):
         self.kind, self.mode, self.app = kind, mode, app
-        self.sock_path = os.path.join(workdir, "%s-%s-%d.sock" % (kind, mode, id(self) % 10000))
+        self.protocol, self.log_level, self.extra_args = protocol, log_level, list(extra_args)
+        self.sock_path = os.path.join(workdir, "%s-%s-%s-%d.sock" % (
+            protocol, kind, mode, id(self) % 10000))
         self.log_path = self.sock_path[:-5] + ".log"
+        self.port = free_port() if tcp else None
+        # what the load client and start() connect to: a path, or "127.0.0.1:PORT"
+        self.address = "127.0.0.1:%d" % self.port if tcp else self.sock_path
         self.env_extra = env_extra or {}
         self.proc = None
         self.error = None
         self.notes = []
 
     def command(self):
-        bind = "unix:" + self.sock_path
+        bind = "127.0.0.1:%d" % self.port if self.port else "unix:" + self.sock_path
         if self.kind == "flup":
-            return [sys.executable, str(BENCH / "flup_server.py"), "--mode", self.mode,
-                    "--bind", bind, self.app]
-        return [sys.executable, "-m", "flupfast", "--mode", self.mode, "--bind", bind,
-                "--log-level", "WARNING", self.app]
+            return [sys.executable, str(BENCH / "flup_server.py"), "--protocol", self.protocol,
+                    "--mode", self.mode, "--bind", bind, "--log-level", self.log_level,
+                    self.app]
+        return [sys.executable, "-m", "flupfast", "--protocol", self.protocol, "--mode",
+                self.mode, "--bind", bind, "--log-level", self.log_level] + \
+            (self.extra_args if self.kind != "flup" else []) + [self.app]
 
     def env(self):
         env = dict(os.environ)
@@ -249,19 +281,19 @@ class Server:
                 self.error = "exited with status %s before answering: %s" % (
                     self.proc.returncode, self.log_tail())
                 return False
-            if os.path.exists(self.sock_path):
-                with contextlib.suppress(OSError), \
-                        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.settimeout(1)
-                    s.connect(self.sock_path)
+            if self.port or os.path.exists(self.sock_path):
+                try:
+                    _connect(self.address)
                     break
+                except OSError:
+                    pass
             time.sleep(0.05)
         else:
             self.error = "did not listen within %.0f s" % START_TIMEOUT
             return False
-        res = client.run(self.sock_path, "hello", count=1, deadline=max(
-            1.0, deadline - time.monotonic()))
-        if not res.get("requests"):
+        res = client.run(self.address, "hello", count=1, proto=self.protocol,
+                         deadline=max(1.0, deadline - time.monotonic()))
+        if not res.get("requests") or res.get("bad_status"):
             self.error = "did not answer a hello request: %s %s" % (
                 res.get("first_error") or res.get("first_bad_status") or res.get("error"),
                 self.log_tail())
@@ -294,10 +326,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 # flup's prefork parent sleeps in select() through SIGTERM until a connection
                 # arrives (peers-and-protocols.md 1.5 #2): poke it once.
-                with contextlib.suppress(OSError), \
-                        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.settimeout(1)
-                    s.connect(self.sock_path)
+                with contextlib.suppress(OSError):
+                    _connect(self.address)
                 try:
                     proc.wait(STOP_GRACE)
                 except subprocess.TimeoutExpired:
@@ -344,12 +374,18 @@ class LoadClient:
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
-    def run(self, sock_path, request, conns=1, keep=False, duration=None, warmup=0.0,
-            count=None, deadline=60.0, save=None, save_hint=0):
+    def run(self, address, request, conns=1, keep=False, duration=None, warmup=0.0,
+            count=None, deadline=60.0, save=None, save_hint=0, proto="fcgi"):
+        """``address``: a Unix socket path or "HOST:PORT"; ``request``: a request file, or
+        "hello" (the protocol's hello request)."""
         if request == "hello":
-            request = self.request("hello", "/")
-        cmd = [self.binary, "-u", sock_path, "-r", request, "-c", str(conns),
-               "-T", "%.3f" % deadline]
+            if proto == "fcgi":
+                request = self.request("hello", "/")
+            else:
+                from bench import protocols
+                request = protocols.hello_request(self, proto)
+        cmd = [self.binary, "-P", proto, "-u" if address.startswith("/") else "-t", address,
+               "-r", request, "-c", str(conns), "-T", "%.3f" % deadline]
         if keep:
             cmd.append("-k")
         if duration:
@@ -475,7 +511,7 @@ def bench_hello(kinds, modes, client, workdir, cfg, results):
                         continue
                     pids = srv.pids()
                     cpu0 = tree_cpu_seconds(pids)
-                    res = client.run(srv.sock_path, "hello", conns=conns or cfg.conns,
+                    res = client.run(srv.address, "hello", conns=conns or cfg.conns,
                                      keep=keep, duration=cfg.duration,
                                      warmup=cfg.warmup,
                                      deadline=cfg.duration + cfg.warmup + 20)
@@ -505,10 +541,13 @@ def bench_hello(kinds, modes, client, workdir, cfg, results):
                 out.setdefault(kind, {}).setdefault(mode, {})["stop_notes"] = srv.notes
 
 
-def _transfer(kind, client, workdir, runs, build, check, env_extra=None, timeout=120.0):
+def _transfer(kind, client, workdir, runs, build, check, env_extra=None, timeout=120.0,
+              proto="fcgi", server_opts=None):
     """One transfer on a fresh thread-mode server: idle RSS, then ``runs`` runs under the RSS
-    sampler, each checked by ``check`` on the saved answer."""
-    srv = Server(kind, "thread", "bench.apps:app", workdir, env_extra)
+    sampler, each checked by ``check`` on the saved answer. ``server_opts``: more Server
+    arguments (tcp, log_level, extra_args)."""
+    srv = Server(kind, "thread", "bench.apps:app", workdir, env_extra, protocol=proto,
+                 **(server_opts or {}))
     if not srv.start(client):
         srv.stop()
         return {"error": "server did not start: %s" % srv.error}
@@ -517,8 +556,8 @@ def _transfer(kind, client, workdir, runs, build, check, env_extra=None, timeout
         with RSSSampler(srv.proc.pid) as sampler:
             for _ in range(runs):
                 req, save, hint = build()
-                res = client.run(srv.sock_path, req, count=1, deadline=timeout, save=save,
-                                 save_hint=hint)
+                res = client.run(srv.address, req, count=1, deadline=timeout, save=save,
+                                 save_hint=hint, proto=proto)
                 res["check"] = check(res, save)
                 result["runs"].append(res)
                 if res.get("timed_out") or not res.get("requests"):
@@ -544,27 +583,42 @@ def _transfer(kind, client, workdir, runs, build, check, env_extra=None, timeout
     return result
 
 
-def _read_saved(path):
+def _read_saved(path, proto="fcgi"):
+    """(CGI-style head text, body) of a saved answer; AJP packets are decoded first."""
     with open(path, "rb") as f:
         data = f.read()
+    if proto == "ajp":
+        from bench import protocols
+        return protocols.decode_ajp_answer(data)
     head, _, body = data.partition(b"\r\n\r\n")
     return head.decode("latin-1"), body
 
 
-def bench_upload(kind, mode_name, client, workdir, cfg):
-    size = cfg.upload_size
+def bench_upload(kind, mode_name, client, workdir, cfg, proto="fcgi", size=None, runs=None,
+                 timeout=None, server_opts=None, request_opts=None):
+    """``request_opts``: protocols.request_file options (AJP: packet_size)."""
+    size = cfg.upload_size if size is None else size
+    runs = runs or cfg.transfer_runs
     expect = apps.pattern_sha256(size)
-    timed = client.request("upload-%s-%d" % (mode_name, size),
-                           "/upload?mode=%s&check=len" % mode_name, size)
-    checked = client.request("upload-%s-%d-sha" % (mode_name, size),
-                             "/upload?mode=%s&check=sha256" % mode_name, size)
+    if proto == "fcgi":
+        timed = client.request("upload-%s-%d" % (mode_name, size),
+                               "/upload?mode=%s&check=len" % mode_name, size)
+        checked = client.request("upload-%s-%d-sha" % (mode_name, size),
+                                 "/upload?mode=%s&check=sha256" % mode_name, size)
+    else:
+        from bench import protocols
+        timed = protocols.request_file(client, proto, "/upload?mode=%s&check=len" % mode_name,
+                                       size, **(request_opts or {}))
+        checked = protocols.request_file(client, proto,
+                                         "/upload?mode=%s&check=sha256" % mode_name, size,
+                                         **(request_opts or {}))
     save = os.path.join(workdir, "upload.out")
     state = {"n": 0}
 
     def build():
         # The timed runs count bytes only; the last run hashes (sha256) to check the content.
         state["n"] += 1
-        return (checked if state["n"] == cfg.transfer_runs else timed), save, 0
+        return (checked if state["n"] == runs else timed), save, 0
 
     body = apps.pattern_bytes(size)
     if mode_name == "readline":
@@ -579,7 +633,7 @@ def bench_upload(kind, mode_name, client, workdir, cfg):
         if not res.get("requests"):
             return "no answer"
         try:
-            answer = json.loads(_read_saved(path)[1])
+            answer = json.loads(_read_saved(path, proto)[1])
         except (OSError, ValueError) as exc:
             return "bad answer: %s" % exc
         res["app"] = answer
@@ -593,8 +647,9 @@ def bench_upload(kind, mode_name, client, workdir, cfg):
                 contract, answer["pieces"], pieces, answer.get("violations", "?"))
         return "ok"
 
-    result = _transfer(kind, client, workdir, cfg.transfer_runs, build, check,
-                       timeout=cfg.transfer_timeout)
+    result = _transfer(kind, client, workdir, runs, build, check,
+                       timeout=timeout or cfg.transfer_timeout, proto=proto,
+                       server_opts=server_opts)
     # The check run hashes inside the request: its time is not a server number.
     usable = ("ok", "contract")
     timed_runs = [r for r in result.get("runs", [])[:-1]
@@ -621,9 +676,13 @@ def bench_upload(kind, mode_name, client, workdir, cfg):
     return result
 
 
-def bench_download(kind, client, workdir, size, runs, timeout):
+def bench_download(kind, client, workdir, size, runs, timeout, proto="fcgi", server_opts=None):
     save = os.path.join(workdir, "download.out")
-    req = client.request("download-%d" % size, "/download?size=%d" % size)
+    if proto == "fcgi":
+        req = client.request("download-%d" % size, "/download?size=%d" % size)
+    else:
+        from bench import protocols
+        req = protocols.request_file(client, proto, "/download?size=%d" % size)
     expect = apps.pattern_sha256(size)
 
     def build():
@@ -632,7 +691,7 @@ def bench_download(kind, client, workdir, size, runs, timeout):
     def check(res, path):
         if not res.get("requests"):
             return "no answer"
-        head, body = _read_saved(path)
+        head, body = _read_saved(path, proto)
         if len(body) != size:
             return "length %d != %d" % (len(body), size)
         if "X-Sha256: %s" % expect not in head:
@@ -643,21 +702,26 @@ def bench_download(kind, client, workdir, size, runs, timeout):
 
     try:
         result = _transfer(kind, client, workdir, runs, build, check,
-                           {"FLUPFAST_BENCH_DOWNLOAD_SIZES": str(size)}, timeout=timeout)
+                           {"FLUPFAST_BENCH_DOWNLOAD_SIZES": str(size)}, timeout=timeout,
+                           proto=proto, server_opts=server_opts)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(save)
     result["size_mib"] = size / MIB
     if "seconds" in result:
         result["mib_per_s"] = round(size / MIB / result["seconds"], 1)
+        # every run's answer is checked (length, X-Sha256, sha256 of what arrived)
+        result["checked"] = all(r.get("check") == "ok" for r in result["runs"])
     for r in result.get("runs", []):
         r.pop("latency_ms", None)
     return result
 
 
-def bench_syscalls(kind, client, workdir, cfg, mode="thread", keep=True, count=2000):
+def bench_syscalls(kind, client, workdir, cfg, mode="thread", keep=True, count=2000,
+                   proto="fcgi", server_opts=None):
     """strace -c -f on the server while one connection sends ``count`` hello requests."""
-    srv = Server(kind, mode, "bench.apps:hello", workdir)
+    srv = Server(kind, mode, "bench.apps:hello", workdir, protocol=proto,
+                 **(server_opts or {}))
     if not srv.start(client):
         srv.stop()
         return {"error": "server did not start: %s" % srv.error}
@@ -668,8 +732,8 @@ def bench_syscalls(kind, client, workdir, cfg, mode="thread", keep=True, count=2
             cmd += ["-p", str(pid)]
         tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # attach
-        res = client.run(srv.sock_path, "hello", conns=1, keep=keep, count=count,
-                         deadline=60)
+        res = client.run(srv.address, "hello", conns=1, keep=keep, count=count,
+                         deadline=60, proto=proto)
         time.sleep(0.2)
         tracer.send_signal(signal.SIGINT)
         try:
@@ -902,7 +966,7 @@ def evaluate_targets(results):
 def render_markdown(results):
     kinds = results["kinds"]
     m = results["survey"]["machine"]
-    lines = ["# flupfast FastCGI benchmark", "",
+    lines = ["# flupfast benchmark: FastCGI, SCGI, AJP13", "",
              "Run %s, %s mode, in %.0f s." % (results["started"], "quick" if
                                                results["config"]["quick"] else "full",
                                                results["elapsed_seconds"]), "",
@@ -912,7 +976,12 @@ def render_markdown(results):
                  results["survey"].get("flup"), results["survey"].get("flupfast"),
                  results["survey"].get("git", "?"),
                  "built" if results["survey"].get("compiled") else "NOT BUILT"), "",
-             render_table(results, kinds), ""]
+             ]
+    if results.get("hello") or any(results.get("transfers", {}).values()) or \
+            results.get("syscalls"):
+        lines += ["## FastCGI (Unix socket)", "", render_table(results, kinds), ""]
+    from bench import protocols
+    lines += protocols.render_sections(results)
     if results.get("targets"):
         lines += ["## Targets", ""]
         for t in results["targets"]:
@@ -950,13 +1019,27 @@ class Config:
         self.transfer_timeout = 60.0
         self.flup_full_download_timeout = args.flup_full_timeout
         self.modes = args.modes.split(",")
+        # SCGI and AJP rows (bench/protocols.py)
+        self.proto_levels = args.log_levels.split(",") if args.log_levels else (
+            ["INFO"] if quick else ["INFO", "WARNING"])
+        self.proto_duration = args.duration or (1.5 if quick else 4.0)
+        # flup's AJP upload costs ~40 ms per body packet (Nagle): measured at these sizes
+        # (MiB) and extrapolated to --upload-mib; a run longer than flup_ajp_timeout is cut.
+        self.flup_ajp_upload_mib = {8192: 1 if quick else 10, 65536: 4 if quick else 20}
+        self.flup_apache_upload_mib = 4 if quick else 20
+        self.flup_ajp_timeout = 30.0 if quick else 150.0
+        self.flup_ajp_syscall_requests = 50 if quick else 200
 
     def as_dict(self):
         return {"quick": self.quick, "conns": self.conns, "rounds": self.rounds,
                 "duration": self.duration, "warmup": self.warmup,
                 "upload_mib": self.upload_size // MIB, "download_mib": self.download_size // MIB,
                 "flup_download_mib": self.flup_download_size // MIB,
-                "transfer_runs": self.transfer_runs, "modes": self.modes}
+                "transfer_runs": self.transfer_runs, "modes": self.modes,
+                "proto_levels": self.proto_levels, "proto_duration": self.proto_duration,
+                "flup_ajp_upload_mib": self.flup_ajp_upload_mib,
+                "flup_apache_upload_mib": self.flup_apache_upload_mib,
+                "flup_ajp_timeout": self.flup_ajp_timeout}
 
 
 def main(argv=None):
@@ -966,8 +1049,12 @@ def main(argv=None):
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="which servers (default flup,pure,compiled)")
     parser.add_argument("--modes", default="thread,fork", help="hello modes (thread,fork)")
-    parser.add_argument("--only", default="hello,upload,download,syscalls",
-                        help="which parts to run (hello,upload,download,syscalls)")
+    parser.add_argument("--only", default="hello,upload,download,syscalls,scgi,ajp",
+                        help="which parts to run (FastCGI: hello,upload,download,syscalls; "
+                        "scgi; ajp, with Apache mod_proxy_ajp)")
+    parser.add_argument("--log-levels", default="",
+                        help="SCGI/AJP servers' log levels (default: INFO in --quick, "
+                        "INFO,WARNING in the full run)")
     parser.add_argument("--conns", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument("--duration", type=float, default=0)
@@ -985,6 +1072,8 @@ def main(argv=None):
         with open(args.render) as f:
             results = json.load(f)
         results["targets"] = evaluate_targets(results)
+        from bench import protocols
+        results["targets"] += protocols.evaluate_targets(results)
         print(render_markdown(results))
         return 0
     cfg = Config(args.quick, args)
@@ -1064,10 +1153,19 @@ def main(argv=None):
                     scf[kind] = bench_syscalls(kind, client, workdir, cfg, mode="fork",
                                                keep=False, count=1000)
                     log("    %s" % scf[kind])
+        if "scgi" in only or "ajp" in only:
+            from bench import protocols
+            strace = "syscalls" in only and bool(info["strace"])
+            if "scgi" in only:
+                protocols.run_scgi(kinds, client, workdir, cfg, results, strace)
+            if "ajp" in only:
+                protocols.run_ajp(kinds, client, workdir, cfg, results, strace)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["elapsed_seconds"] = round(time.time() - started, 1)
     results["targets"] = evaluate_targets(results)
+    from bench import protocols
+    results["targets"] += protocols.evaluate_targets(results)
     md = render_markdown(results)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
