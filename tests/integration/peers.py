@@ -853,11 +853,13 @@ def start_apache_proxy_ajp(server, ping=None, secret=None, io_buffer=None, mode=
     if secret is not None:
         args.append("secret=%s" % secret)
     extra = "ProxyIOBufferSize %d" % io_buffer if io_buffer else ""
-    return _start_apache_proxy("ajp", server, name, proxy_args=" ".join(args),
-                               extra_conf=extra, mode=mode, keeps_backend_conn=True,
-                               split="path", spools_chunked=False,
-                               options=dict(ping=ping, secret=secret, io_buffer=io_buffer,
-                                            mode=mode))
+    front = _start_apache_proxy("ajp", server, name, proxy_args=" ".join(args),
+                                extra_conf=extra, mode=mode, keeps_backend_conn=True,
+                                split="raw", spools_chunked=False,
+                                options=dict(ping=ping, secret=secret, io_buffer=io_buffer,
+                                             mode=mode))
+    front.uri_has_query = False
+    return front
 
 
 FCGID_SCRIPT = """\
