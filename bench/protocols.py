@@ -277,7 +277,7 @@ def run_scgi(kinds, client, workdir, cfg, results, strace):
         log("    %s s, %s MiB/s, peak RSS +%s MiB %s" % (
             r.get("seconds"), r.get("mib_per_s"), r.get("peak_above_idle_mib"),
             r.get("error") or ""))
-    if strace:
+    if strace and not cfg.quick:
         sc = res.setdefault("syscalls", {})
         for kind in kinds:
             log("SCGI syscalls per request (strace -c -f, thread mode, 1000 sequential "
@@ -320,7 +320,7 @@ def run_ajp(kinds, client, workdir, cfg, results, strace):
                                 cfg, tcp=True)
     tr = res.setdefault("transfers", {})
     for packet_size in (8192, 65536):
-        cap = cfg.flup_ajp_upload_mib[packet_size] * MIB
+        cap = int(cfg.flup_ajp_upload_mib[packet_size] * MIB)
         for kind in kinds:
             size = min(cap, cfg.upload_size) if kind == "flup" else cfg.upload_size
             runs = 1 if kind == "flup" else cfg.transfer_runs
@@ -510,7 +510,11 @@ def run_ab(port, conns, duration, timeout):
     """``ab`` for ``duration`` seconds -> dict (rps, requests, failed, non_2xx). No -k:
     mod_proxy_ajp drops the backend's Content-Length, so Apache closes ab's HTTP/1.0
     connections anyway (one client connection per request; the AJP ones are reused)."""
-    cmd = [AB, "-q", "-c", str(conns), "-t", "%g" % duration, "-n", "100000000",
+    # -n after -t (which sets 50000): ab allocates its statistics for -n requests up front,
+    # so it is kept near what can be done in ``duration`` (100 M made it take 20 s to start).
+    # ab's -t is whole seconds (atoi: "-t 0.5" means no limit at all).
+    duration = max(1, int(round(duration)))
+    cmd = [AB, "-q", "-c", str(conns), "-t", str(duration), "-n", str(30000 * duration),
            "http://127.0.0.1:%d/" % port]
     try:
         out = subprocess.run(cmd, capture_output=True, timeout=timeout)
@@ -558,20 +562,31 @@ def run_apache(kinds, client, workdir, cfg):
         if not apache.start():
             out["error"] = apache.error
             log("    FAILED: %s" % apache.error)
+            apache.stop()
             return out
         try:
             _apache_scenarios(kinds, backends, apache, cfg, out)
         finally:
+            # The backends first: Apache's children may otherwise wait on their pooled
+            # backend connections and outlive SIGTERM.
+            _stop_backends(backends, out)
             apache.stop()
             if apache.notes:
                 out["stop_notes"] = apache.notes
     finally:
-        for key, srv in backends.items():
-            if srv.proc is not None and srv.proc.poll() is not None:
-                out["levels"].setdefault(key[0], {}).setdefault(key[1], {})["crashed"] = \
-                    "exited with %s: %s" % (srv.proc.returncode, srv.log_tail())
-            srv.stop()
+        _stop_backends(backends, out)
     return out
+
+
+def _stop_backends(backends, out):
+    for key, srv in backends.items():
+        if srv.proc is not None and srv.proc.poll() is not None:
+            out["levels"].setdefault(key[0], {}).setdefault(key[1], {})["crashed"] = \
+                "exited with %s: %s" % (srv.proc.returncode, srv.log_tail())
+        srv.stop()
+        if srv.notes:
+            out["levels"].setdefault(key[0], {}).setdefault(key[1], {})["stop_notes"] = \
+                srv.notes
 
 
 def _apache_scenarios(kinds, backends, apache, cfg, out):
@@ -590,7 +605,7 @@ def _apache_scenarios(kinds, backends, apache, cfg, out):
             if srv.proc.poll() is not None:
                 continue
             port = apache.ports[key]
-            run_ab(port, cfg.conns, cfg.warmup, cfg.warmup + 20)  # warm-up: connections, pool
+            run_ab(port, cfg.conns, 1, 30)  # warm-up (1 s): connections, pool
             pids = srv.pids()
             cpu0 = tree_cpu_seconds(pids)
             res = run_ab(port, cfg.conns, cfg.proto_duration, cfg.proto_duration + 30)
@@ -617,7 +632,7 @@ def _apache_scenarios(kinds, backends, apache, cfg, out):
         if srv is None or srv.proc.poll() is not None:
             uploads[kind] = {"error": "backend not running"}
             continue
-        size = min(cfg.flup_apache_upload_mib * MIB, cfg.upload_size) if kind == "flup" \
+        size = min(int(cfg.flup_apache_upload_mib * MIB), cfg.upload_size) if kind == "flup" \
             else cfg.upload_size
         runs_n = 1 if kind == "flup" else cfg.transfer_runs
         if size not in body_cache:

@@ -1022,11 +1022,11 @@ class Config:
         # SCGI and AJP rows (bench/protocols.py)
         self.proto_levels = args.log_levels.split(",") if args.log_levels else (
             ["INFO"] if quick else ["INFO", "WARNING"])
-        self.proto_duration = args.duration or (1.5 if quick else 4.0)
+        self.proto_duration = args.duration or (1.5 if quick else 3.0)
         # flup's AJP upload costs ~40 ms per body packet (Nagle): measured at these sizes
         # (MiB) and extrapolated to --upload-mib; a run longer than flup_ajp_timeout is cut.
-        self.flup_ajp_upload_mib = {8192: 1 if quick else 10, 65536: 4 if quick else 20}
-        self.flup_apache_upload_mib = 4 if quick else 20
+        self.flup_ajp_upload_mib = {8192: 0.5 if quick else 10, 65536: 2 if quick else 20}
+        self.flup_apache_upload_mib = 2 if quick else 20
         self.flup_ajp_timeout = 30.0 if quick else 150.0
         self.flup_ajp_syscall_requests = 50 if quick else 200
 
