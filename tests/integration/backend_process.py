@@ -45,7 +45,13 @@ class Server:
         cmd = [sys.executable] + (['-c', script] if script else ['-m', 'flupfast']) + args
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
         self.address = address
-        wait_connectable(address, self.proc)
+        try:
+            wait_connectable(address, self.proc)
+        except BaseException:
+            self.proc.kill()  # never leave a server behind when it fails to start
+            self.proc.wait(10)
+            self.proc.stderr.close()
+            raise
 
     def stop(self):
         if self.proc.poll() is None:
