@@ -1022,7 +1022,7 @@ class Config:
         # SCGI and AJP rows (bench/protocols.py)
         self.proto_levels = args.log_levels.split(",") if args.log_levels else (
             ["INFO"] if quick else ["INFO", "WARNING"])
-        self.proto_duration = args.duration or (1.5 if quick else 3.0)
+        self.proto_duration = args.duration or (1.0 if quick else 3.0)
         # flup's AJP upload costs ~40 ms per body packet (Nagle): measured at these sizes
         # (MiB) and extrapolated to --upload-mib; a run longer than flup_ajp_timeout is cut.
         self.flup_ajp_upload_mib = {8192: 0.5 if quick else 10, 65536: 2 if quick else 20}
