@@ -11,7 +11,7 @@ import logging
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected
-from flupfast.connection import Connection, request_deadline
+from flupfast.connection import LoggedConnection, request_deadline
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
 from flupfast.protocols import ajp
@@ -172,21 +172,17 @@ class AJPResponder:
         self._req.send_body(data, more)
 
 
-class AJPConnection(Connection):
+class AJPConnection(LoggedConnection):
     """A persistent connection from the web server (flup ``ajp_base.Connection``): requests
     one after another, CPING answered between them. ``run()`` returns the requests served."""
 
     def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr)
-        self.server = server
-        self._timeout = timeout
-        self.logger = logging.getLogger(LoggerName)
+        super().__init__(sock, addr, server, timeout, LoggerName)
         self._parser = _impl.AJPParser()
         self._packets = collections.deque()
         self.packet_size = getattr(server, 'packetSize', AJP_DEFAULT_PACKET)
         self.body_chunk = body_chunk_size(self.packet_size)
         self.max_requests = None  # set by a prefork child: retire after this many
-        self.served = 0
         self.idle = False
 
     # -- packets ------------------------------------------------------------------------------
@@ -211,28 +207,6 @@ class AJPConnection(Connection):
         return _impl.decode_body_chunk(payload)
 
     # -- the connection loop ----------------------------------------------------------------
-
-    def run(self):
-        addr = self._addr
-        tcp = isinstance(addr, tuple) and len(addr) >= 2
-        if tcp:
-            self.logger.debug('Connection starting up (%s:%d)', addr[0], addr[1])
-        try:
-            self._serve()
-        except AJPError as exc:
-            self.logger.error("Protocol error '%s'", exc)
-        except ClientDisconnected as exc:
-            self.logger.warning('%s', exc)
-        except OSError as exc:
-            if not is_peer_gone(exc):
-                self.logger.exception('Exception caught in Connection')
-        except Exception:
-            self.logger.exception('Exception caught in Connection')
-        finally:
-            self.close()
-        if tcp:
-            self.logger.debug('Connection shutting down (%s:%d)', addr[0], addr[1])
-        return self.served
 
     def _serve(self):
         while not self.closed:
@@ -293,5 +267,3 @@ class AJPConnection(Connection):
         self.send([ajp.encode_end_response(reuse)])
         return reuse
 
-    def _timed_out(self, message):
-        self.logger.error(message.rstrip('\n'))

@@ -113,6 +113,55 @@ class Connection:
                 pass
 
 
+class LoggedConnection(Connection):
+    """The connection loop of flup's SCGI and AJP servers (``scgi_base``/``ajp_base``
+    ``Connection.run``): their logger's messages around the protocol's ``_serve``, a protocol
+    error as one "Protocol error" line, a peer that left without a traceback. ``run()``
+    returns ``served`` (the prefork child counts it against maxRequests).
+    """
+
+    def __init__(self, sock, addr, server, timeout, logger_name):
+        super().__init__(sock, addr)
+        self.server = server
+        self._timeout = timeout
+        self.logger = logging.getLogger(logger_name)
+        self.served = 0
+
+    def _timed_out(self, message):
+        """``request_deadline``'s report: flup logs "Timeout Exceeded" and the stack."""
+        self.logger.error(message.rstrip('\n'))
+
+    def run(self):
+        addr = self._addr
+        tcp = isinstance(addr, tuple) and len(addr) >= 2
+        if tcp:
+            self.logger.debug('Connection starting up (%s:%d)', addr[0], addr[1])
+        try:
+            self._serve()
+        except ProtocolError as exc:
+            self.logger.error("Protocol error '%s'", exc)
+        except EOFError:
+            pass  # closed before a request: a health check, not an error
+        except ClientDisconnected as exc:
+            self.logger.warning('%s', exc)
+        except OSError as exc:
+            if not is_peer_gone(exc):
+                self.logger.exception('Exception caught in Connection')
+        except Exception:
+            self.logger.exception('Exception caught in Connection')
+        finally:
+            self._finish()
+        if tcp:
+            self.logger.debug('Connection shutting down (%s:%d)', addr[0], addr[1])
+        return self.served
+
+    def _serve(self):
+        raise NotImplementedError
+
+    def _finish(self):
+        self.close()
+
+
 class RawOutputStream:
     """A response written straight onto the connection's socket (SCGI; flup's
     ``StdoutWrapper`` over ``sock.makefile('wb')``): no framing, held parts coalesced into one

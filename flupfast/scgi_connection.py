@@ -2,7 +2,7 @@
 body stream bounded by CONTENT_LENGTH, answer on the raw socket, close.
 
 The WSGI glue is gateway.py (through the server's ``handler``); the codec is
-protocols/scgi.py or its compiled twin; the socket plumbing is connection.Connection.
+protocols/scgi.py or its compiled twin; the socket plumbing and the logged loop are connection.LoggedConnection.
 Log messages and levels are flup's (logger ``scgi-wsgi``), so a site's logging keeps working.
 """
 import datetime
@@ -10,7 +10,7 @@ import logging
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected
-from flupfast.connection import Connection, RawOutputStream, request_deadline
+from flupfast.connection import LoggedConnection, RawOutputStream, request_deadline
 from flupfast.gateway import is_peer_gone
 from flupfast.protocols.errors import SCGIError
 
@@ -82,42 +82,13 @@ class SCGIRequest:
                          elapsed.total_seconds())
 
 
-class SCGIConnection(Connection):
+class SCGIConnection(LoggedConnection):
     """A connection from the web server: one request, then the socket is closed (scgi
     protocol.txt; flup ``scgi_base.Connection``). ``run()`` returns the requests served."""
 
     def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr)
-        self.server = server
-        self._timeout = timeout
-        self.logger = logging.getLogger(LoggerName)
+        super().__init__(sock, addr, server, timeout, LoggerName)
         self._body = None
-
-    def _timed_out(self, message):
-        self.logger.error(message.rstrip('\n'))
-
-    def run(self):
-        addr = self._addr
-        tcp = isinstance(addr, tuple) and len(addr) >= 2
-        if tcp:
-            self.logger.debug('Connection starting up (%s:%d)', addr[0], addr[1])
-        served = 0
-        try:
-            served = self._serve()
-        except SCGIError as exc:
-            self.logger.error("Protocol error '%s'", exc)
-        except (EOFError, ClientDisconnected):
-            pass
-        except OSError as exc:
-            if not is_peer_gone(exc):
-                self.logger.exception('Exception caught in Connection')
-        except Exception:
-            self.logger.exception('Exception caught in Connection')
-        finally:
-            self._finish()
-        if tcp:
-            self.logger.debug('Connection shutting down (%s:%d)', addr[0], addr[1])
-        return served
 
     def _read_header(self):
         """The header netstring: (environ, content_length, body bytes received with it)."""
@@ -148,7 +119,7 @@ class SCGIConnection(Connection):
         with request_deadline(self._timeout, self._timed_out):
             req.run()
         output.flush()
-        return 1
+        self.served = 1
 
     def _finish(self):
         """Close; when body bytes may still be on the way, close lingering so the web
