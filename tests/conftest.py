@@ -5,6 +5,7 @@ import os
 import types
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import flupfast
 from flupfast import body, protocols
@@ -42,6 +43,14 @@ def _compiled():
 
 
 COMPILED, COMPILED_ERROR = _compiled()
+
+# Hypothesis profiles of the fuzz properties (tests/reliability/test_fuzz_*.py), picked by
+# FLUPFAST_FUZZ_PROFILE: 'ci' (default) is the short run of every pytest, 'fuzz' a long one.
+_FUZZ_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+settings.register_profile('ci', max_examples=150, deadline=None,
+                          suppress_health_check=_FUZZ_HEALTH)
+settings.register_profile('fuzz', max_examples=20000, deadline=None,
+                          suppress_health_check=_FUZZ_HEALTH)
 
 
 def compiled_required():
