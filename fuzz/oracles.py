@@ -69,7 +69,7 @@ def _error(exc, expected):
 
 # -- FastCGI ----------------------------------------------------------------------------------
 
-def _params_streams(parser):
+def params_streams(parser):
     """The PARAMS streams a parser buffers, by request id (the compiled twin's dict is found
     through the garbage collector, which traverses its object attributes)."""
     streams = getattr(parser, '_params', None)
@@ -82,11 +82,13 @@ def _params_streams(parser):
 
 
 def _check_fastcgi_bounds(parser, caps):
-    assert 0 <= parser.pending < MAX_RECORD_BYTES, parser.pending
-    streams = _params_streams(parser)
-    assert len(streams) <= MAX_OPEN_REQUESTS, len(streams)
+    assert 0 <= parser.pending < MAX_RECORD_BYTES, \
+        'holds %d bytes, more than a partial record' % parser.pending
+    streams = params_streams(parser)
+    assert len(streams) <= MAX_OPEN_REQUESTS, '%d open requests' % len(streams)
     for stream in streams.values():
-        assert len(stream) <= caps[0], (len(stream), caps)
+        assert len(stream) <= caps[0], \
+            'a PARAMS stream of %d bytes over the %d-byte cap' % (len(stream), caps[0])
 
 
 def _check_fastcgi_event(event, caps):
@@ -158,7 +160,8 @@ def _scgi_outcome(backend, data, caps):
         return _error(exc, SCGIError)
     if result is None:
         # Incomplete: at most the length digits, ':' and the capped block are buffered.
-        assert len(data) <= len(str(caps[0])) + 1 + caps[0], (len(data), caps)
+        assert len(data) <= len(str(caps[0])) + 1 + caps[0], \
+            'an incomplete header of %d bytes over the %d-byte cap' % (len(data), caps[0])
         return None
     environ, content_length, used = result
     assert all(type(k) is str and type(v) is str for k, v in environ.items())
@@ -237,7 +240,8 @@ def ajp_log(backend, wire, cuts, kind, max_packet):
         except ProtocolError as exc:
             log.append(_error(exc, AJPError))
             break
-        assert 0 <= parser.pending < max_packet, (parser.pending, max_packet)
+        assert 0 <= parser.pending < max_packet, \
+            'holds %d bytes, max_packet=%d' % (parser.pending, max_packet)
         for packet in packets:
             assert type(packet) is bytes and len(packet) <= max_packet - 4
         log.append(([(p, ajp_decoded(backend, p)) for p in packets], parser.pending))
