@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from flupfast.limits import MAX_OPEN_REQUESTS
 from flupfast.protocols import fastcgi as f
 from flupfast.protocols import scgi
+from flupfast.protocols.errors import SCGIError
 from fuzz import oracles
 from tests import ajp_client
 from tests.conftest import COMPILED, COMPILED_ERROR, PURE, compiled_required
@@ -184,7 +185,8 @@ scgi_caps = st.sampled_from(oracles.SCGI_CAPS)
 scgi_names = st.sampled_from(['CONTENT_LENGTH', 'SCGI', 'REQUEST_METHOD', 'HTTP_HOST', 'A',
                               '', 'x\xe9']) | st.text(max_size=8).map(
                                   lambda s: s.encode('utf-8').decode('latin-1'))
-scgi_values = st.sampled_from(['0', '1', '2', '17', '', '-1', '00', '1' * 25, '\xff']) | \
+scgi_values = st.sampled_from(['0', '1', '2', '17', '', '-1', '00', '1' * 25, '\xff',
+                               '9' * 4301, '0' * 5000 + '7']) | \
     st.binary(max_size=12).map(lambda b: b.decode('latin-1'))
 
 
@@ -193,7 +195,8 @@ def scgi_requests(draw):
     pairs = draw(st.lists(st.tuples(scgi_names, scgi_values), max_size=8))
     if draw(st.integers(0, 3)):  # mostly valid up front: CONTENT_LENGTH, SCGI=1, no duplicates
         seen = {'CONTENT_LENGTH', 'SCGI'}
-        pairs = [('CONTENT_LENGTH', draw(st.sampled_from(['0', '5', '12345678901234567890']))),
+        pairs = [('CONTENT_LENGTH', draw(st.sampled_from(['0', '5', '12345678901234567890',
+                                                          '9' * 4301]))),
                  ('SCGI', '1')] + [(n, v) for n, v in pairs
                                    if n and not (n in seen or seen.add(n))]
     return scgi.encode_request(pairs, draw(st.binary(max_size=20)))
@@ -208,6 +211,19 @@ scgi_wires = st.one_of(st.binary(max_size=200),
 @given(data=st.data(), wire=scgi_wires, kind=kinds, caps=scgi_caps)
 def test_scgi_any_input(data, wire, kind, caps):
     outcome(oracles.check_scgi(PURE, COMPILED, wire, data.draw(cuts_for(wire)), kind, caps))
+
+
+@pytest.mark.parametrize('value, result', [
+    ('9223372036854775807', 2 ** 63 - 1), ('0' * 5000 + '7', 7),
+    ('9223372036854775808', 'of 19 digits is too large'),
+    ('9' * 4301, 'of 4301 digits is too large')])  # int() raised ValueError past 4300 digits
+def test_scgi_content_length_bound(backend, value, result):
+    wire = scgi.encode_request([('CONTENT_LENGTH', value), ('SCGI', '1')])
+    if type(result) is int:
+        assert backend.decode_scgi_request(wire)[1] == result
+    else:
+        with pytest.raises(SCGIError, match=result):
+            backend.decode_scgi_request(wire)
 
 
 # -- AJP13 ------------------------------------------------------------------------------------
