@@ -45,12 +45,13 @@ def _compiled():
 COMPILED, COMPILED_ERROR = _compiled()
 
 # Hypothesis profiles of the fuzz properties (tests/reliability/test_fuzz_*.py), picked by
-# FLUPFAST_FUZZ_PROFILE: 'ci' (default) is the short run of every pytest, 'fuzz' a long one.
+# FLUPFAST_FUZZ_PROFILE: 'ci' (default) is the short run of every pytest, 'fuzz' a long one
+# of FLUPFAST_FUZZ_EXAMPLES examples per property (default 20000).
 _FUZZ_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 settings.register_profile('ci', max_examples=150, deadline=None,
                           suppress_health_check=_FUZZ_HEALTH)
-settings.register_profile('fuzz', max_examples=20000, deadline=None,
-                          suppress_health_check=_FUZZ_HEALTH)
+settings.register_profile('fuzz', deadline=None, suppress_health_check=_FUZZ_HEALTH,
+                          max_examples=int(os.environ.get('FLUPFAST_FUZZ_EXAMPLES', 20000)))
 
 
 def compiled_required():
