@@ -5,4 +5,14 @@ Owns the version and reports which backend (compiled or pure Python) is in use.
 from flupfast._impl import BACKEND
 
 __version__ = "0.1.0.dev0"
-__all__ = ["BACKEND", "__version__"]
+__all__ = ["BACKEND", "__version__", "install_as_flup"]
+
+
+def install_as_flup():
+    """Make ``import flup`` and every ``flup.*`` module name (``flup.server.fcgi``,
+    ``flup.client.fcgi_app``...) resolve to flupfast's module of that name, for code that
+    cannot be edited. Call it before anything imports flup; raises
+    ``flupfast._flup_alias.FlupAlreadyImported`` (a RuntimeError) if the real flup is loaded.
+    """
+    from flupfast._flup_alias import install_as_flup as install
+    install()

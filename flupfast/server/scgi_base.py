@@ -15,6 +15,7 @@ from flupfast.limits import MAX_SCGI_HEADER_BYTES
 from flupfast.output import CGIResponder
 from flupfast.protocols.errors import SCGIError
 from flupfast.server import NoDefault
+from flupfast.server._blocking_io import recvall
 from flupfast.server._scgi_ajp_base import SCGIAJPServerBase, install_console_handler
 
 __all__ = ['BaseSCGIServer']
@@ -30,24 +31,6 @@ Request = _scgi.SCGIRequest
 
 class Connection(_scgi.SCGIConnection):
     """A single client (web server) connection: one request, then the socket is closed."""
-
-
-def recvall(sock, length):
-    """Receive up to ``length`` bytes, blocking as needed; returns ``(data, received)``,
-    short only at EOF (flup's signature)."""
-    parts = []
-    received = 0
-    while received < length:
-        try:
-            data = sock.recv(length - received)
-        except BlockingIOError:
-            select.select([sock], [], [])
-            continue
-        if not data:
-            break
-        parts.append(data)
-        received += len(data)
-    return b''.join(parts), received
 
 
 def readNetstring(sock):
