@@ -137,6 +137,25 @@ def test_function_signatures(name):
         assert_compatible(params(our_func), params(flup_func), (name, func_name))
 
 
+@pytest.mark.parametrize('name', ['fcgi_app', 'scgi_app'])
+def test_client_modules(name):
+    """flup.client's modules: the same __all__, public names, constructor and __call__
+    signatures, and constants."""
+    flup = importlib.import_module('flup.client.' + name)
+    ours = importlib.import_module('flupfast.client.' + name)
+    assert ours.__all__ == flup.__all__
+    missing = sorted(n for n in public_names(flup) if not hasattr(ours, n))
+    assert not missing, '%s lacks %s' % (name, missing)
+    for cls_name in flup.__all__:
+        for meth in ('__init__', '__call__'):
+            assert_compatible(params(getattr(getattr(ours, cls_name), meth)),
+                              params(getattr(getattr(flup, cls_name), meth)),
+                              (name, cls_name, meth))
+    for const, value in vars(flup).items():
+        if const.startswith('FCGI_'):
+            assert getattr(ours, const) == value, const
+
+
 @pytest.mark.parametrize('name', ['fcgi_base', 'scgi_base', 'ajp_base'])
 def test_constants_equal(name):
     flup, ours = flup_module(name), our_module(name)

@@ -8,8 +8,24 @@ from flupfast import _impl
 from flupfast.client._proxy import BackendError, EnvironFilter, connect, input_chunks, respond
 from flupfast.output import send_buffers
 from flupfast.protocols import fastcgi
+from flupfast.server.fcgi_base import (  # noqa: F401  (flup's client exports these too)
+    FCGI_ABORT_REQUEST, FCGI_AUTHORIZER, FCGI_BEGIN_REQUEST, FCGI_CANT_MPX_CONN, FCGI_DATA,
+    FCGI_END_REQUEST, FCGI_FILTER, FCGI_GET_VALUES, FCGI_GET_VALUES_RESULT, FCGI_HEADER_LEN,
+    FCGI_KEEP_CONN, FCGI_LISTENSOCK_FILENO, FCGI_MAX_CONNS, FCGI_MAX_REQS, FCGI_MAXTYPE,
+    FCGI_MPXS_CONNS, FCGI_NULL_REQUEST_ID, FCGI_OVERLOADED, FCGI_PARAMS, FCGI_REQUEST_COMPLETE,
+    FCGI_RESPONDER, FCGI_STDERR, FCGI_STDIN, FCGI_STDOUT, FCGI_UNKNOWN_ROLE, FCGI_UNKNOWN_TYPE,
+    FCGI_VERSION_1, FCGI_BeginRequestBody, FCGI_EndRequestBody, FCGI_EndRequestBody_LEN,
+    FCGI_Header, FCGI_UnknownTypeBody, FCGI_UnknownTypeBody_LEN, Record, decode_pair,
+    encode_pair)
 
 __all__ = ['FCGIApp']
+
+FCGI_BeginRequestBody_LEN = 8
+
+# flup's debug switches; flupfast never writes a debug file, the names stay for code that
+# reads them.
+DEBUG = 0
+DEBUGLOG = '/tmp/fcgi_app.log'
 
 _REQUEST_ID = 1  # the only request on its connection
 _RECV_SIZE = 256 * 1024

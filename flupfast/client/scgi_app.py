@@ -9,6 +9,8 @@ from flupfast.protocols import scgi
 
 __all__ = ['SCGIApp']
 
+encodeNetstring = scgi.encode_netstring  # flup's name
+
 _RECV_SIZE = 256 * 1024
 
 
