@@ -47,21 +47,30 @@ Request = _connection.FastCGIRequest
 TimeoutException = _connection.TimeoutException
 
 
-class _FlupReadNames(object):
-    """flup's parameter names on flupfast's stream (``read(n)``, ``readline(length)``,
-    ``readlines(sizehint)``) for callers that pass them by keyword."""
+class _FlupInputStream(object):
+    """flup's stream interface (``read(n)``, ``readline(length)``, ``readlines(sizehint)``,
+    iteration) over a flupfast InputStream that pulls from ``self._next_data``."""
+
+    def __init__(self):
+        self._stream = _impl.InputStream(self._next_data)
 
     def read(self, n=-1):
-        return super().read(n)
+        return self._stream.read(n)
 
     def readline(self, length=None):
-        return super().readline(-1 if length is None else length)
+        return self._stream.readline(-1 if length is None else length)
 
     def readlines(self, sizehint=0):
-        return super().readlines(sizehint)
+        return self._stream.readlines(sizehint)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._stream)
 
 
-class InputStream(_FlupReadNames, _impl.InputStream):
+class InputStream(_FlupInputStream):
     """flup's ``InputStream(conn)``: FCGI_STDIN or FCGI_DATA of one request, fed by
     ``add_data(data)`` (``b''`` ends it) and refilled by ``conn.process_input()`` when the
     reader needs more, as flup's. The server's own streams are flupfast's pull-based ones,
@@ -72,7 +81,7 @@ class InputStream(_FlupReadNames, _impl.InputStream):
         self._conn = conn
         self._chunks = collections.deque()
         self._eof = False
-        super().__init__(self._next_data)
+        super().__init__()
 
     def _waitForData(self):
         """Waits for more data to become available."""
@@ -92,7 +101,7 @@ class InputStream(_FlupReadNames, _impl.InputStream):
             self._chunks.append(bytes(data))
 
 
-class MultiplexedInputStream(_FlupReadNames, _impl.InputStream):
+class MultiplexedInputStream(_FlupInputStream):
     """flup's ``MultiplexedInputStream(conn)``: an input stream filled by the connection's
     thread through ``add_data`` (``b''`` ends it) and read by the request's thread, which
     blocks until data comes. Backed by the spool flupfast's multiplexed requests use (memory,
@@ -102,7 +111,10 @@ class MultiplexedInputStream(_FlupReadNames, _impl.InputStream):
     def __init__(self, conn):
         self._conn = conn
         self._spool = Spool()
-        super().__init__(self._spool.pull)
+        super().__init__()
+
+    def _next_data(self):
+        return self._spool.pull()
 
     def add_data(self, data):
         if not data:
