@@ -12,7 +12,7 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseAJPServer, ThreadedServer):
-    """AJP1.3/WSGI server, each (persistent) connection served by a thread of a pool
+    """AJP1.3/WSGI server (flup's ``ajp.WSGIServer``), each (persistent) connection served by a thread of a pool
     (minSpare, maxSpare, maxThreads in ``**kw``). Apache pools its AJP connections, so each
     of them holds a thread while open."""
 

@@ -113,13 +113,14 @@ class Packet(object):
 
 
 class Connection(_ajp.AJPConnection):
-    """A single connection with the web server: requests one after another, never
-    multiplexed."""
+    """One AJP13 connection from the web server, its requests served one after another
+    (flup's ``ajp_base.Connection``; the job the modes run per accepted socket)."""
 
 
 class BaseAJPServer(SCGIAJPServerBase):
-    """The AJP13 protocol side of flup's servers; front ends mix in a mode
-    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``)."""
+    """The AJP13 protocol side of the servers (flup's ``ajp_base.BaseAJPServer``): hooks,
+    environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
+    ``SingleServer``)."""
 
     # What Request class to use.
     requestClass = Request

@@ -15,7 +15,7 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseAJPServer, PreforkServer):
-    """AJP1.3/WSGI server, each connection served by a preforked child (minSpare, maxSpare,
+    """AJP1.3/WSGI server (flup's ``ajp_fork.WSGIServer``), each connection served by a preforked child (minSpare, maxSpare,
     maxChildren, maxRequests, sockTimeout in ``**kw``). ``timeout`` (seconds) bounds each
     request, as in flup."""
 

@@ -176,7 +176,8 @@ class Record(object):
 
 
 class Connection(_connection.FastCGIConnection):
-    """A non-multiplexed FastCGI connection (one request at a time; FCGI_CANT_MPX_CONN else)."""
+    """A FastCGI connection serving one request at a time, answering FCGI_CANT_MPX_CONN to a
+    second (flup's ``fcgi_base.Connection``; the job the modes run per accepted socket)."""
 
     def __init__(self, sock, addr, server, timeout=None):
         super().__init__(sock, addr, server, timeout)
@@ -184,7 +185,8 @@ class Connection(_connection.FastCGIConnection):
 
 
 class MultiplexedConnection(_connection.FastCGIConnection):
-    """A multiplexed FastCGI connection: each request runs in its own thread."""
+    """A multiplexed FastCGI connection: each request runs in its own thread (flup's
+    ``fcgi_base.MultiplexedConnection``, chosen by ``multiplexed=True``)."""
 
     def __init__(self, sock, addr, server, timeout=None):
         super().__init__(sock, addr, server, timeout)
@@ -211,9 +213,8 @@ def decode_pair(s, pos=0):
 
 
 class TeeOutputStream:
-    """``wsgi.errors`` when the server has its own socket: each write goes to the process's
-    stderr and to FCGI_STDERR. flup's rejects bytes (its text stderr raises); ours takes both.
-    """
+    """``wsgi.errors`` when the server has its own socket: each write goes to stderr and to
+    FCGI_STDERR (flup's ``fcgi_base.TeeOutputStream``, which rejects bytes; ours takes both)."""
 
     def __init__(self, streamList):
         self._streamList = streamList
@@ -235,7 +236,8 @@ class TeeOutputStream:
 
 
 class StdoutWrapper:
-    """The CGI fallback's stdout: bytes to ``sys.stdout.buffer``, unbuffered as flup's."""
+    """The CGI fallback's stdout: bytes to ``sys.stdout.buffer``, flushed per write (flup's
+    ``fcgi_base.StdoutWrapper``, used by server.cgi too)."""
 
     def __init__(self, stdout):
         self._file = getattr(stdout, 'buffer', stdout)
@@ -287,7 +289,8 @@ def cgi_stdin(stdin=None, environ=None):
 
 
 class CGIRequest(Request):
-    """A plain CGI request disguised as a FastCGI request (flup fcgi_base.py:607-629)."""
+    """The one request of the CGI fallback, from os.environ and stdin, disguised as a FastCGI
+    request (flup's ``fcgi_base.CGIRequest``, fcgi_base.py:607-629)."""
 
     def __init__(self, server):
         self.requestId = 1
@@ -320,9 +323,9 @@ def _rlimit(name, fallback=100):
 
 
 class BaseFCGIServer(object):
-    """The FastCGI protocol side of flup's servers; front ends mix in a mode
-    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``).
-    """
+    """The FastCGI protocol side of the servers (flup's ``fcgi_base.BaseFCGIServer``):
+    hooks, environ, error page and the CGI fallback; front ends mix in a mode
+    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``)."""
 
     request_class = Request
     cgirequest_class = CGIRequest

@@ -30,7 +30,8 @@ Request = _scgi.SCGIRequest
 
 
 class Connection(_scgi.SCGIConnection):
-    """A single client (web server) connection: one request, then the socket is closed."""
+    """One SCGI connection from the web server: one request, then the socket is closed
+    (flup's ``scgi_base.Connection``; the job the modes run per accepted socket)."""
 
 
 def readNetstring(sock):
@@ -67,7 +68,8 @@ def readNetstring(sock):
 
 
 class StdoutWrapper(object):
-    """Wrapper for a file so we know if data has actually been written (flup's)."""
+    """A file wrapper that records whether data was written (flup's
+    ``scgi_base.StdoutWrapper``)."""
 
     def __init__(self, stdout):
         self._file = stdout
@@ -87,8 +89,9 @@ class StdoutWrapper(object):
 
 
 class BaseSCGIServer(SCGIAJPServerBase):
-    """The SCGI protocol side of flup's servers; front ends mix in a mode
-    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``)."""
+    """The SCGI protocol side of the servers (flup's ``scgi_base.BaseSCGIServer``): hooks,
+    environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
+    ``SingleServer``)."""
 
     # What Request class to use.
     requestClass = Request

@@ -13,7 +13,7 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseSCGIServer, PreforkServer):
-    """SCGI/WSGI server, each connection served by a preforked child (minSpare, maxSpare,
+    """SCGI/WSGI server (flup's ``scgi_fork.WSGIServer``), each connection served by a preforked child (minSpare, maxSpare,
     maxChildren, maxRequests, sockTimeout in ``**kw``). ``timeout`` (seconds) bounds each
     request, as in flup."""
 
