@@ -169,3 +169,15 @@ def test_constants_equal(name):
 def test_no_default_is_a_class():
     from flupfast.server import NoDefault
     assert inspect.isclass(NoDefault) and flup_server.__all__ == ['NoDefault']
+
+
+@pytest.mark.parametrize('name', MODULES + ['scgi_single', 'ajp_single'])
+def test_public_classes_have_docstrings_naming_flups_equivalent(name):
+    ours = our_module(name)
+    for cls_name, cls in vars(ours).items():
+        if cls_name.startswith('_') or not inspect.isclass(cls) \
+                or not cls.__module__.startswith('flupfast.server'):
+            continue
+        doc = vars(cls).get('__doc__') or ''
+        assert 'flup' in doc, '%s.%s needs a docstring naming flup\'s equivalent' % (
+            cls.__module__, cls_name)
