@@ -4,14 +4,13 @@ through Apache both ways in binary. flup's own cgi.WSGIServer cannot send a byte
 Python 3 (it writes str to sys.stdout), so this runs on flupfast only.
 """
 import hashlib
-import shutil
 
 import pytest
 
 from tests.apps import probe
 
-from .peers import (APACHE_MODULES, PROBE_SOURCE, SYSTEM_PYTHON, _start_apache, fcgid_venv,
-                    free_port, require)
+from .peers import (APACHE_MODULES, SYSTEM_PYTHON, _start_apache, free_port, require,
+                    write_probe_script)
 
 pytestmark = [pytest.mark.peer]
 
@@ -35,13 +34,7 @@ def start_apache_cgi(server):
     port = free_port()
 
     def setup(front, root, body):
-        python = fcgid_venv(server)
-        htdocs = root / "htdocs"
-        shutil.copy(str(PROBE_SOURCE), str(htdocs / "probe.py"))
-        script = htdocs / "probe.cgi"
-        script.write_text(CGI_SCRIPT.format(python=python))
-        for p in (htdocs / "probe.py", script):
-            p.chmod(0o755)
+        write_probe_script(server, root / "htdocs", "probe.cgi", CGI_SCRIPT)
         return body.format(root=root, port=port, speedups=server.speedups)
 
     body = """\
