@@ -112,7 +112,8 @@ class ApacheAjpSuite(AjpChecks, FrontSuite):
     flup_bugs = AJP_FLUP_BUGS
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
                                        % (self.__class__.__name__[len("TestApacheAjp"):].lower()
                                           or "pool"), **self.options)
@@ -140,7 +141,8 @@ class _AjpVariantSuite:
     flup_bugs = AJP_FLUP_BUGS
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
                                        % self.__class__.__name__[len("TestApacheAjp"):].lower(),
                                        **self.options)

@@ -19,7 +19,8 @@ class NginxSuite(FrontSuite):
     options = {}
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_nginx(server, name="nginx-%s" % self.__class__.__name__[9:].lower(),
                             **self.options)
         yield front
@@ -79,7 +80,8 @@ class _ModeSuite:
     keep_conn = True
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_nginx(server, keep_conn=self.keep_conn, mode=self.mode,
                             name="nginx-%s" % self.mode)
         yield front

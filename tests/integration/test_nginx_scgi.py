@@ -24,7 +24,8 @@ class NginxScgiSuite(ScgiChecks, FrontSuite):
     flup_bugs = SCGI_FLUP_BUGS
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_nginx_scgi(server, unix=self.unix,
                                  name="nginx-scgi-%s" % ("unix" if self.unix else "tcp"))
         yield front
@@ -87,7 +88,8 @@ class _ScgiModeSuite:
     mode = None
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_nginx_scgi(server, mode=self.mode, name="nginx-scgi-%s" % self.mode)
         yield front
         front.stop()
