@@ -180,6 +180,13 @@ DIFFERENCES = [
         'Content-Length, as on every other flup server',
         'one error policy and one Content-Length rule for every gateway'),
     Difference(
+        'cgi-environ-latin1', 'cgi.py:17; fcgi_base.py:617',
+        'the CGI environ is dict(os.environ): values decoded by the locale, so a UTF-8 '
+        'PATH_INFO reaches the app as text ("caf\u00e9")',
+        'each byte of the environment becomes one latin-1 character ("caf\u00c3\u00a9"), as '
+        'PEP 3333 asks and as the same request over FastCGI arrives',
+        'an app must see the same environ whichever gateway runs it'),
+    Difference(
         'paste-factory-py3', 'paste_factory.py:7,19,91,94,127,130',
         'every runner raises NameError (unicode); socket= with host= and host= without port= '
         'are assert statements (silent under -O)',

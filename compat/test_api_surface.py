@@ -70,8 +70,8 @@ def assert_compatible(ours, flups, where):
     """Every call valid for flup's signature is valid for ours, meaning the same: flup's
     parameters in flup's order with flup's defaults; ours may add optional ones after them."""
     # A default where flup has none keeps every flup call valid.
-    ours_cut = [(n, k, d) if f is not inspect.Parameter.empty else (n, k, f)
-                for (n, k, d), (_, _, f) in zip(ours, flups)]
+    ours_cut = [(n, k, d if flups[i][2] is not inspect.Parameter.empty else flups[i][2])
+                for i, (n, k, d) in enumerate(ours[:len(flups)])]
     assert ours_cut == flups, where
     assert all(default is not inspect.Parameter.empty for _, _, default in ours[len(flups):]), \
         where

@@ -4,13 +4,12 @@ process (the environment and stdin in, the response on stdout), bytes-correct on
 Only assembly: the environ, ``start_response`` and the result loop are gateway.py's, the
 ``Status:`` header block output.py's, stdin and stdout the FastCGI CGI fallback's.
 """
-import os
 import sys
 import traceback
 
 from flupfast import gateway
 from flupfast.output import CGIResponder, build_cgi_head
-from flupfast.server.fcgi_base import StdoutWrapper, cgi_stdin
+from flupfast.server.fcgi_base import StdoutWrapper, cgi_params, cgi_stdin
 
 __all__ = ['WSGIServer']
 
@@ -23,12 +22,12 @@ class WSGIServer(object):
         self.application = application
 
     def run(self):
-        """Serve the request described by ``os.environ`` and stdin; the response goes to
-        stdout as ``Status:``, headers, blank line, body. An exception from the app is
+        """Serve the request described by the process environment and stdin; the response
+        goes to stdout as ``Status:``, headers, blank line, body. An exception from the app is
         printed to stderr and answered with flup's 500 page when nothing was sent yet."""
         stdout = StdoutWrapper(sys.stdout)
         sys.stdout.flush()  # anything printed before run() precedes the response
-        environ = gateway.build_environ(dict(os.environ), None, cgi_stdin(), sys.stderr,
+        environ = gateway.build_environ(cgi_params(), None, cgi_stdin(), sys.stderr,
                                         multithread=False, multiprocess=True, run_once=True)
         try:
             gateway.run_application(self.application, environ, CGIResponder(stdout))

@@ -263,6 +263,17 @@ class StdoutWrapper:
         self._file.flush()
 
 
+def cgi_params():
+    """The CGI request's variables as WSGI wants them: each byte of the process environment
+    as one latin-1 character (PEP 3333 "bytes as str", as the FastCGI params are). flup uses
+    ``os.environ``, whose values the locale decodes: a UTF-8 PATH_INFO arrives as text."""
+    environb = getattr(os, 'environb', None)
+    if environb is None:  # no bytes environment on this platform
+        return dict(os.environ)
+    return {name.decode('latin-1'): value.decode('latin-1')
+            for name, value in environb.items()}
+
+
 def cgi_stdin(stdin=None, environ=None):
     """``wsgi.input`` of a plain CGI request: binary stdin, ending at CONTENT_LENGTH (flup's
     is text-mode ``sys.stdin``, bug 3). Shared by the FastCGI CGI fallback and server.cgi."""
@@ -299,7 +310,7 @@ class CGIRequest(Request):
         self.aborted = False
         self.keep_conn = False
         self.server = server
-        self.params = dict(os.environ)
+        self.params = cgi_params()
         self.stdin = cgi_stdin(environ=self.params)
         self.stdout = StdoutWrapper(sys.stdout)
         self.stderr = sys.stderr

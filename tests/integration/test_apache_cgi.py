@@ -82,6 +82,9 @@ def test_environ(front, server):
     assert (view["wsgi.multithread"], view["wsgi.multiprocess"], view["wsgi.run_once"]) == \
         (False, True, True)
     assert view["FLUPFAST_SPEEDUPS"] == server.speedups
+    # PEP 3333: the UTF-8 bytes Apache decoded from %C3%A9, one latin-1 character each.
+    view = front.request("GET", "/environ/caf%C3%A9").json()
+    assert view["PATH_INFO"] == "/environ/caf\u00c3\u00a9"
 
 
 @pytest.mark.smoke

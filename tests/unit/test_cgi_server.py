@@ -62,6 +62,14 @@ def test_environ_flags(backend):
     assert view['wsgi.input.type'] == 'InputStream'
 
 
+def test_environ_values_are_latin1_bytes_as_str(backend):
+    """PEP 3333: a UTF-8 PATH_INFO reaches the app as one latin-1 character per byte, as over
+    FastCGI (flup hands on os.environ's locale-decoded text)."""
+    view = json.loads(run_cgi(backend, '/environ/caf\u00e9', env={'QUERY_STRING': 'q=\u00fc'})[2])
+    assert view['PATH_INFO'] == '/environ/caf\u00c3\u00a9'
+    assert view['QUERY_STRING'] == 'q=\u00c3\u00bc'
+
+
 @pytest.mark.parametrize('mode', ['read', 'read65536', 'readline', 'iter'])
 def test_binary_upload_bounded_by_content_length(backend, mode):
     body = bytes(range(256)) * 4096 + b'\r\n\x00\n' * 1000  # 1 MiB and then some, binary
