@@ -115,8 +115,8 @@ class ApacheAjpSuite(AjpChecks, FrontSuite):
     @classmethod
     def front(cls, server):
         front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
-                                       % (self.__class__.__name__[len("TestApacheAjp"):].lower()
-                                          or "pool"), **self.options)
+                                       % (cls.__name__[len("TestApacheAjp"):].lower()
+                                          or "pool"), **cls.options)
         yield front
         front.stop()
 
@@ -144,8 +144,8 @@ class _AjpVariantSuite:
     @classmethod
     def front(cls, server):
         front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
-                                       % self.__class__.__name__[len("TestApacheAjp"):].lower(),
-                                       **self.options)
+                                       % cls.__name__[len("TestApacheAjp"):].lower(),
+                                       **cls.options)
         yield front
         front.stop()
 

@@ -21,8 +21,8 @@ class NginxSuite(FrontSuite):
     @pytest.fixture(scope="class")
     @classmethod
     def front(cls, server):
-        front = start_nginx(server, name="nginx-%s" % self.__class__.__name__[9:].lower(),
-                            **self.options)
+        front = start_nginx(server, name="nginx-%s" % cls.__name__[9:].lower(),
+                            **cls.options)
         yield front
         front.stop()
 
@@ -82,8 +82,8 @@ class _ModeSuite:
     @pytest.fixture(scope="class")
     @classmethod
     def front(cls, server):
-        front = start_nginx(server, keep_conn=self.keep_conn, mode=self.mode,
-                            name="nginx-%s" % self.mode)
+        front = start_nginx(server, keep_conn=cls.keep_conn, mode=cls.mode,
+                            name="nginx-%s" % cls.mode)
         yield front
         front.stop()
 
