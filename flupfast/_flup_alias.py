@@ -11,12 +11,10 @@ import importlib.abc
 import importlib.util
 import sys
 
+from flupfast import FlupAlreadyImported
+
 _ALIAS = 'flup'
 _TARGET = 'flupfast'
-
-
-class FlupAlreadyImported(RuntimeError):
-    """The real flup was imported before install_as_flup(): its modules cannot be swapped."""
 
 
 class _AliasLoader(importlib.abc.Loader):

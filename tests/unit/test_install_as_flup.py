@@ -110,7 +110,8 @@ def test_refuses_when_real_flup_is_already_imported(first):
     proc = python(first + '\nimport flupfast\nflupfast.install_as_flup()\n')
     err = proc.stderr.decode()
     assert proc.returncode == 1
-    assert 'FlupAlreadyImported: install_as_flup(): the real flup is already imported' in err
+    assert 'flupfast.FlupAlreadyImported: install_as_flup(): the real flup is already ' \
+        'imported' in err
     assert 'call flupfast.install_as_flup() before anything imports flup' in err
 
 
