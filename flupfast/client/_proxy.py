@@ -106,16 +106,19 @@ def respond(chunks, start_response, reason, on_close):
     and return the body as an iterable that streams the rest; ``on_close`` runs when the
     server closes it (or here, on an error before that)."""
     buf = bytearray()
+    searched = 0
     try:
         while True:
-            end = _end_of_head(buf)
+            end = _end_of_head(buf, max(0, searched - 3))  # the blank line may straddle
             if end is not None:
                 break
             if len(buf) > MAX_RESPONSE_HEAD:
                 raise BackendError('response head exceeds %d bytes' % MAX_RESPONSE_HEAD)
+            searched = len(buf)
             chunk = next(chunks, None)
             if chunk is None:
-                raise BackendError('the backend closed before the end of the response head')
+                raise BackendError('the backend ended its answer before the end of the '
+                                   'response head')
             buf += chunk
         head_end, body_start = end
         status, headers = parse_head(bytes(buf[:head_end]), reason)
@@ -126,18 +129,19 @@ def respond(chunks, start_response, reason, on_close):
     return _body(bytes(buf[body_start:]), chunks, on_close)
 
 
-def _end_of_head(buf):
-    """(end of the head, start of the body) once the blank line is in ``buf``, else None."""
-    candidates = []
-    for sep in (b'\r\n\r\n', b'\n\n', b'\n\r\n'):
-        pos = buf.find(sep)
-        if pos >= 0:
-            candidates.append((pos, pos + len(sep)))
+def _end_of_head(buf, start):
+    """(end of the head, start of the body) once the blank line is in ``buf``, else None;
+    ``buf[:start]`` is known to hold none."""
     if buf.startswith(b'\r\n'):
-        candidates.append((0, 2))
-    elif buf.startswith(b'\n'):
-        candidates.append((0, 1))
-    return min(candidates) if candidates else None
+        return 0, 2  # no header lines at all
+    if buf.startswith(b'\n'):
+        return 0, 1
+    found = None
+    for sep in (b'\r\n\r\n', b'\n\n', b'\n\r\n'):
+        pos = buf.find(sep, start)
+        if pos >= 0 and (found is None or pos < found[0]):
+            found = (pos, pos + len(sep))
+    return found
 
 
 def _body(first, chunks, on_close):

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from flupfast.client import fcgi_app
-from flupfast.client._proxy import BackendError
+from flupfast.client._proxy import BackendError, respond
 from flupfast.client.fcgi_app import FCGIApp
 from flupfast.client.scgi_app import SCGIApp
 from flupfast.protocols import fastcgi, scgi
@@ -243,3 +243,29 @@ def test_flups_own_clients_fail_on_python3():
     flup_fcgi_app = pytest.importorskip('flup.client.fcgi_app')
     with pytest.raises(AttributeError):
         flup_fcgi_app.FCGIApp(connect=('127.0.0.1', 1))(environ('/'), StartResponse())
+
+
+@pytest.mark.parametrize('answer', [
+    b'Status: 201 Created\r\nX-A: 1\r\n\r\nbody bytes',
+    b'Status: 201 Created\nX-A: 1\n\nbody bytes',
+    b'Status: 201 Created\nX-A: 1\n\r\nbody bytes'])
+def test_head_split_one_byte_at_a_time(answer):
+    """The blank line is found wherever the backend's chunks split it."""
+    closed = []
+    start = StartResponse()
+    body = respond(iter([answer[i:i + 1] for i in range(len(answer))]), start, 'X',
+                   lambda: closed.append(True))
+    assert (start.status, start.headers) == ('201 Created', [('x-a', '1')])
+    assert b''.join(body) == b'body bytes' and closed == [True]
+
+
+def test_head_without_headers_and_oversized_head():
+    start = StartResponse()
+    assert b''.join(respond(iter([b'\r\nonly body']), start, 'X', lambda: None)) == \
+        b'only body'
+    assert (start.status, start.headers) == ('200 OK', [])
+    closed = []
+    with pytest.raises(BackendError, match='response head exceeds'):
+        respond(iter([b'X-Long: ' + b'a' * 65536] * 20), start, 'X',
+                lambda: closed.append(True))
+    assert closed == [True]
