@@ -26,8 +26,8 @@ class NginxScgiSuite(ScgiChecks, FrontSuite):
     @pytest.fixture(scope="class")
     @classmethod
     def front(cls, server):
-        front = start_nginx_scgi(server, unix=self.unix,
-                                 name="nginx-scgi-%s" % ("unix" if self.unix else "tcp"))
+        front = start_nginx_scgi(server, unix=cls.unix,
+                                 name="nginx-scgi-%s" % ("unix" if cls.unix else "tcp"))
         yield front
         front.stop()
 
@@ -90,7 +90,7 @@ class _ScgiModeSuite:
     @pytest.fixture(scope="class")
     @classmethod
     def front(cls, server):
-        front = start_nginx_scgi(server, mode=self.mode, name="nginx-scgi-%s" % self.mode)
+        front = start_nginx_scgi(server, mode=cls.mode, name="nginx-scgi-%s" % cls.mode)
         yield front
         front.stop()
 
