@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from flupfast.limits import MAX_OPEN_REQUESTS
 from flupfast.protocols import fastcgi as f
 from flupfast.protocols import scgi
-from flupfast.protocols.errors import SCGIError
+from flupfast.protocols.errors import ProtocolError, SCGIError
 from fuzz import oracles
 from tests import ajp_client
 from tests.conftest import COMPILED, COMPILED_ERROR, PURE, compiled_required
@@ -254,6 +254,18 @@ def test_ajp_any_input(data, wire, kind, max_packet):
        kind=kinds, end=st.sampled_from(['empty', 'empty', 'none', 'raise']), ops=operations)
 def test_input_stream_any_chunking(body, sizes, kind, end, ops):
     oracles.check_input_stream(PURE, COMPILED, body, sizes, kind, end, ops)
+
+
+@FUZZ
+@given(data=st.binary(max_size=80), pos=st.integers(0, 90))
+def test_flup_adapter_decoders_raise_only_protocol_errors(data, pos):
+    """The pure-only decoders behind flup's Record/Packet adapters and the clients."""
+    from flupfast.protocols import ajp
+    for decode, args in ((ajp.decode_string, (data, pos)), (f.decode_end_request, (data,))):
+        try:
+            decode(*args)
+        except ProtocolError:
+            pass
 
 
 # -- The atheris input layouts ----------------------------------------------------------------
