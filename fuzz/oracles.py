@@ -108,21 +108,30 @@ def _check_fastcgi_event(event, caps):
         assert type(payload) is bytes and len(payload) <= MAX_RECORD_CONTENT
 
 
-def fastcgi_log(backend, wire, cuts, kind, caps):
-    """Feed ``wire`` in pieces: one (events, pending) per feed, ended by the error if any."""
-    parser = backend.FastCGIParser(*caps)
+def feed_log(parser, wire, cuts, kind, error, entry):
+    """Feed ``wire`` to ``parser`` in pieces: ``entry(output)`` per feed (it checks the output
+    and the parser's state), the log ended by the error (which must be an ``error``) if any."""
     log = []
     for data in feeds(wire, cuts, kind):
         try:
-            events = parser.feed(data)
+            output = parser.feed(data)
         except ProtocolError as exc:
-            log.append(_error(exc, FastCGIError))
+            log.append(_error(exc, error))
             break
+        log.append(entry(output))
+    return log
+
+
+def fastcgi_log(backend, wire, cuts, kind, caps):
+    """One (events, pending) per feed, ended by the error if any."""
+    parser = backend.FastCGIParser(*caps)
+
+    def entry(events):
         for event in events:
             _check_fastcgi_event(event, caps)
         _check_fastcgi_bounds(parser, caps)
-        log.append((events, parser.pending))
-    return log
+        return events, parser.pending
+    return feed_log(parser, wire, cuts, kind, FastCGIError, entry)
 
 
 def check_fastcgi(pure, compiled, wire, cuts=(), kind='bytes', caps=FASTCGI_CAPS[0]):
@@ -231,21 +240,16 @@ def ajp_decoded(backend, payload):
 
 
 def ajp_log(backend, wire, cuts, kind, max_packet):
-    """Feed ``wire`` in pieces: one (decoded packets, pending) per feed, ended by the error."""
+    """One (decoded packets, pending) per feed, ended by the error if any."""
     parser = backend.AJPParser(max_packet)
-    log = []
-    for data in feeds(wire, cuts, kind):
-        try:
-            packets = parser.feed(data)
-        except ProtocolError as exc:
-            log.append(_error(exc, AJPError))
-            break
+
+    def entry(packets):
         assert 0 <= parser.pending < max_packet, \
             'holds %d bytes, max_packet=%d' % (parser.pending, max_packet)
         for packet in packets:
             assert type(packet) is bytes and len(packet) <= max_packet - 4
-        log.append(([(p, ajp_decoded(backend, p)) for p in packets], parser.pending))
-    return log
+        return [(p, ajp_decoded(backend, p)) for p in packets], parser.pending
+    return feed_log(parser, wire, cuts, kind, AJPError, entry)
 
 
 def check_ajp(pure, compiled, wire, cuts=(), kind='bytes', max_packet=AJP_MAX_PACKET):

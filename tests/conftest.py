@@ -64,6 +64,17 @@ def pytest_report_header(config):
         flupfast.BACKEND, 'built' if COMPILED else 'missing: %s' % COMPILED_ERROR)
 
 
+@pytest.fixture
+def needs_compiled():
+    """For tests that compare the twins: skipped without the compiled backend (a failure when
+    it is required)."""
+    if COMPILED is None:
+        if compiled_required():
+            pytest.fail('the compiled backend is required but does not import: %s'
+                        % COMPILED_ERROR)
+        pytest.skip('flupfast._speedups is not built')
+
+
 @pytest.fixture(params=['py', 'cy'])
 def backend(request):
     """The codec and stream classes of one backend."""

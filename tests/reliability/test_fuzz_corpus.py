@@ -13,7 +13,7 @@ from flupfast.protocols import fastcgi as f
 from flupfast.protocols import scgi
 from fuzz import oracles
 from tests import ajp_client
-from tests.conftest import COMPILED, COMPILED_ERROR, PURE, compiled_required
+from tests.conftest import COMPILED, PURE
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data', 'fuzz')
 
@@ -28,13 +28,7 @@ def saved_inputs():
     return found
 
 
-@pytest.fixture(autouse=True)
-def _needs_compiled():
-    if COMPILED is None:
-        if compiled_required():
-            pytest.fail('the compiled backend is required but does not import: %s'
-                        % COMPILED_ERROR)
-        pytest.skip('flupfast._speedups is not built')
+pytestmark = pytest.mark.usefixtures('needs_compiled')
 
 
 def test_every_codec_has_saved_inputs():

@@ -26,20 +26,14 @@ from flupfast.protocols import scgi
 from flupfast.protocols.errors import ProtocolError, SCGIError
 from fuzz import oracles
 from tests import ajp_client
-from tests.conftest import COMPILED, COMPILED_ERROR, PURE, compiled_required
+from tests.conftest import COMPILED, PURE
 from tests.unit.test_ajp_parity import ajp_streams, forward_requests
 from tests.unit.test_speedups_parity import bodies, fcgi_streams, operations, pair_lists
 
 FUZZ = settings.get_profile(os.environ.get('FLUPFAST_FUZZ_PROFILE', 'ci'))
 
 
-@pytest.fixture(autouse=True)
-def _needs_compiled():
-    if COMPILED is None:
-        if compiled_required():
-            pytest.fail('the compiled backend is required but does not import: %s'
-                        % COMPILED_ERROR)
-        pytest.skip('flupfast._speedups is not built')
+pytestmark = pytest.mark.usefixtures('needs_compiled')
 
 
 def _label(message):
