@@ -230,7 +230,9 @@ ajp_wires = st.one_of(
     mutated(requests_with_bodies.map(lambda r: ajp_client.packet(r[0]) + b''.join(
         ajp_client.body_packet(chunk) for chunk in r[1] + [b'']))),
     mutated(forward_requests()),  # a bare payload: the decoders see it whole
-    mutated(forward_requests()))
+    mutated(forward_requests()),
+    st.sampled_from(['9' * 19, '9' * 20, '0' * 30 + '1', '9' * 4301, '1e3', '\xb2']).map(
+        lambda length: ajp_client.request_bytes(headers=[('Content-Length', length)])))
 
 
 @FUZZ
