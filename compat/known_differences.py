@@ -75,6 +75,13 @@ DIFFERENCES = [
         'shorter than CONTENT_LENGTH raises ClientDisconnected in the app and logs one warning',
         'a readline loop whose last line has no newline must end; WSGI input is bytes'),
     Difference(
+        'scgi-lingering-close', 'scgi_base.py:242, :285-286',
+        'closes the socket with request body bytes still unread; the kernel then sends a '
+        'reset, which can destroy the response before the web server has read it',
+        'half-closes, discards what the web server still sends for a bounded time, then '
+        'closes, so the response always arrives',
+        'an app may answer without reading the body (a 413, a redirect, an auth failure)'),
+    Difference(
         'scgi-netstring-strict', 'scgi_base.py:84-117, :252-262',
         'reads the length one recv(1) per digit and accepts leading zeros, signs and spaces '
         '(int()); accepts any header order, duplicates and a missing SCGI header',
@@ -125,9 +132,10 @@ DIFFERENCES = [
         'Apache and mod_jk send these; Tomcat requires secrets by default'),
     Difference(
         'ajp-upload-speed', 'ajp_base.py:309-314, :349-356',
-        'two send() calls per packet, no TCP_NODELAY, 8 KiB GET_BODY_CHUNK requests: about '
-        '44 ms per body chunk behind Apache (0.3 MiB/s)',
-        'TCP_NODELAY, one send per batch of packets, GET_BODY_CHUNK for up to 65530 bytes',
+        'two send() calls per packet and no TCP_NODELAY: about 44 ms per body chunk behind '
+        'Apache (0.3 MiB/s); asks GET_BODY_CHUNK for min(remaining, 0xFFFF) bytes, more '
+        'than one packet carries',
+        'TCP_NODELAY, one send per batch of packets, GET_BODY_CHUNK for at most 65530 bytes',
         'a 100 MiB upload took minutes'),
     Difference(
         'ajp-response-framing', 'ajp_base.py:575-594, :551-573',

@@ -18,7 +18,9 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def wait_connectable(address, proc, timeout=15):
+def wait_connectable(address, proc, timeout=15, log=None):
+    """Wait until ``address`` accepts; ``log()`` gives the server's output when it exits (its
+    stderr pipe by default)."""
     if isinstance(address, str):
         family = socket.AF_UNIX
     else:
@@ -26,7 +28,8 @@ def wait_connectable(address, proc, timeout=15):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError('server exited: %s' % proc.stderr.read().decode())
+            raise AssertionError('server exited: %s' % (
+                log() if log else proc.stderr.read().decode()))
         try:
             with socket.socket(family) as sock:
                 sock.connect(address)
@@ -37,21 +40,45 @@ def wait_connectable(address, proc, timeout=15):
 
 
 class Server:
-    """A server subprocess, stopped by PID with SIGTERM (SIGKILL after a bound)."""
+    """A server subprocess, stopped by PID with SIGTERM (SIGKILL after a bound).
 
-    def __init__(self, args, address, env=None, script=None):
+    ``command`` replaces the whole command line (``python -m flupfast`` + ``args`` by default);
+    ``log_path`` sends stderr to that file instead of a pipe, so a long-lived, chatty server
+    cannot block on a full pipe, and ``log()`` can be read while it runs. ``wait=False``
+    returns at once; call ``wait_ready()`` later (to start several servers side by side).
+    """
+
+    def __init__(self, args, address, env=None, script=None, command=None, log_path=None,
+                 wait=True):
         full_env = dict(os.environ, PYTHONPATH=ROOT)
         full_env.update(env or {})
-        cmd = [sys.executable] + (['-c', script] if script else ['-m', 'flupfast']) + args
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
+        cmd = command or [sys.executable] + (
+            ['-c', script] if script else ['-m', 'flupfast']) + args
+        self.log_path = log_path
+        if log_path:
+            with open(log_path, 'wb') as log_file:
+                self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=log_file)
+        else:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
         self.address = address
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=15):
         try:
-            wait_connectable(address, self.proc)
+            wait_connectable(self.address, self.proc, timeout,
+                             log=self.log if self.log_path else None)
         except BaseException:
             self.proc.kill()  # never leave a server behind when it fails to start
             self.proc.wait(10)
-            self.proc.stderr.close()
+            if self.proc.stderr:
+                self.proc.stderr.close()
             raise
+
+    def log(self):
+        """With ``log_path``: everything the server wrote to stderr so far."""
+        with open(self.log_path, 'rb') as log_file:
+            return log_file.read().decode(errors='replace')
 
     def stop(self):
         if self.proc.poll() is None:
@@ -62,6 +89,8 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(10)
                 raise AssertionError('server ignored SIGTERM for 10 s')
+        if self.log_path:
+            return self.log()
         return self.proc.stderr.read().decode()
 
 

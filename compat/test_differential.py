@@ -1,0 +1,712 @@
+"""The drop-in claim, shown: each scenario is written once and run against real flup 1.0.3 and
+against flupfast, each in its own process (tests/integration/flup_launcher.py, the same command
+line, the probe app tests/apps/probe.py), over FastCGI, SCGI and AJP13 in thread, fork and
+single mode, with the same protocol bytes (tests/*_client.py).
+
+Where the two agree the scenario asserts equality. Where they differ on purpose, the scenario
+names the compat/known_differences.py key(s) it depends on (``@differs``); it then records
+flup's behaviour (a crash, a hang, a wrong answer: every wait is bounded) by asserting it, and
+asserts flupfast's correct behaviour: an answer per protocol, a log line, and the server still
+serving the next request. flup has no SCGI or AJP single mode; there its thread mode stands in.
+
+One server per (implementation, protocol, mode) serves all the scenarios of that pair; the
+signal scenarios start their own servers, side by side.
+"""
+import concurrent.futures
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from compat import differential as d
+from compat.differential import HUNG, CLOSED, RESET, Answer, differs, deviates, on_both, same
+from compat.known_differences import DIFFERENCES
+from flupfast.protocols import fastcgi as f
+from tests import ajp_client, fcgi_client, scgi_client
+from tests.apps import probe
+
+pytestmark = pytest.mark.timeout(120)
+
+# Known differences no scenario here can show, each with the reason.
+NOT_DIFFERENTIAL = {
+    'debug-page-cgitb': 'needs Python >= 3.13 (cgitb removed); on older Pythons '
+                        'test_debug_page_over_cgi compares both tracebacks pages instead',
+    'wsgi-errors-tee-bytes': 'the probe app never writes bytes to wsgi.errors; '
+                             'tests/unit/test_gateway.py covers the tee',
+    'scgi-file-wrapper': 'the probe app does not use wsgi.file_wrapper (it is an addition)',
+    'ajp-response-framing': 'the packets on the wire are the same (test_large_response '
+                            'compares them); the difference is copies and send calls (bench/)',
+}
+
+NO_ANSWER = (CLOSED, RESET)
+
+
+def matrix_id(param):
+    return '%s-%s' % param
+
+
+@pytest.fixture(scope='module', params=d.MATRIX, ids=matrix_id)
+def pair(request, tmp_path_factory):
+    """{'flup': Backend, 'flupfast': Backend} for one (protocol, mode), shared by the
+    module's scenarios (pytest groups the tests by this parameter)."""
+    protocol, mode = request.param
+    backends = d.start_pair(protocol, mode, tmp_path_factory.mktemp('%s-%s' % request.param))
+    yield backends
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda backend: backend.stop(), backends.values()))
+
+
+def protocol_of(pair):
+    return pair['flupfast'].protocol
+
+
+def mode_of(pair):
+    return pair['flupfast'].mode
+
+
+def only(pair, *protocols):
+    if protocol_of(pair) not in protocols:
+        pytest.skip('a %s scenario' % '/'.join(protocols))
+
+
+def assert_still_serving(pair, impls=('flup', 'flupfast')):
+    for impl in impls:
+        assert pair[impl].serves(), '%s stopped serving:\n%s' % (impl, pair[impl].log()[-3000:])
+
+
+# ------------------------------------------------------------------------------------------
+# What the app sees
+
+HEADERS = [('Host', 'example.org'), ('User-Agent', 'probe/1.0'), ('X-Custom', 'a b')]
+
+
+def environ_of(backend, uri='/environ/x?a=1&b=%20', whole=False, **kw):
+    """The probe's environ view without its pid; unless ``whole``, also without what
+    test_environ checks apart: the type of wsgi.input over SCGI (flup's is a StringIO when
+    there is no body) and wsgi.multithread where flup's thread mode stands in for single."""
+    answer = backend.request(uri, headers=HEADERS, **kw)
+    assert isinstance(answer, Answer) and answer.status == 200, answer
+    return comparable(answer.json(), backend, whole)
+
+
+def comparable(env, backend, whole=False):
+    assert isinstance(env.pop('probe.pid'), int)
+    if not whole:
+        if backend.protocol == 'scgi':
+            del env['wsgi.input.type']
+        if backend.protocol != 'fcgi' and backend.mode == 'single':
+            del env['wsgi.multithread']
+    return env
+
+
+@differs('scgi-bounded-input')
+def test_environ(pair):
+    """The environ the app sees, key by key (only the pid differs); over SCGI a request
+    without body gets flup's text StringIO as wsgi.input, a bytes stream from us."""
+    results = on_both(pair, lambda b: environ_of(b, whole=True))
+    flup, ours = results['flup'], results['flupfast']
+    if protocol_of(pair) != 'fcgi' and mode_of(pair) == 'single':
+        # flup's thread mode stands in: only the concurrency flags may differ.
+        assert (flup['wsgi.multithread'], flup['wsgi.multiprocess']) == (True, False)
+        assert (ours['wsgi.multithread'], ours['wsgi.multiprocess']) == (False, False)
+        for env in results.values():
+            del env['wsgi.multithread']
+    if protocol_of(pair) == 'scgi':
+        assert flup.pop('wsgi.input.type') == 'StringIO'
+        assert ours.pop('wsgi.input.type') == 'InputStream'
+    assert flup == ours
+    assert ours['PATH_INFO'] == '/environ/x'
+
+
+@differs('scgi-lingering-close')
+def test_environ_with_body(pair):
+    """POST with a body the app does not read: the same environ; over SCGI flup closes with
+    the body unread, so the peer gets a reset instead of the answer."""
+    results = on_both(pair, lambda b: b.request('/environ', method='POST', body=b'x' * 5000))
+    if protocol_of(pair) == 'scgi':
+        flup, ours = deviates('scgi-lingering-close', results)
+        assert flup in NO_ANSWER
+        env = ours.json()
+        assert env['CONTENT_LENGTH'] == '5000'
+        assert env['wsgi.input.type'] == 'InputStream'
+        return
+    same({impl: comparable(answer.json(), pair[impl]) for impl, answer in results.items()})
+
+
+@differs('fastcgi-path-info-decoded-script-name', 'scgi-path-info-decoded-script-name')
+def test_path_info_under_a_decoded_script_name(pair):
+    """nginx's stock fastcgi_params / Apache mod_proxy_scgi: SCRIPT_NAME is the decoded path,
+    no PATH_INFO. flup cuts the raw REQUEST_URI at len(SCRIPT_NAME)."""
+    only(pair, 'fcgi', 'scgi')
+    uri = '/environ/caf%C3%A9/a%20b%21'
+    decoded = '/environ/caf\xc3\xa9/a b!'  # latin-1 str of the UTF-8 bytes, as CGI passes it
+    if protocol_of(pair) == 'fcgi':
+        key = 'fastcgi-path-info-decoded-script-name'
+        results = on_both(pair, lambda b: environ_of(b, uri, params={'SCRIPT_NAME': decoded}))
+    else:
+        key = 'scgi-path-info-decoded-script-name'
+        results = on_both(pair, lambda b: environ_of(b, uri, script_name=decoded))
+    flup, ours = deviates(key, results)
+    assert flup['PATH_INFO'] == uri[len(decoded):]  # a fragment of the raw URI
+    assert ours['PATH_INFO'] == ''
+    assert flup['SCRIPT_NAME'] == ours['SCRIPT_NAME'] == decoded
+
+
+def test_path_info_from_request_uri(pair):
+    """No PATH_INFO and an undecoded SCRIPT_NAME prefix: both cut the raw URI (undecoded)."""
+    only(pair, 'fcgi', 'scgi')
+    uri = '/app/environ/a%20b'
+    if protocol_of(pair) == 'fcgi':
+        results = on_both(pair, lambda b: environ_of(b, uri, params={'SCRIPT_NAME': '/app'}))
+    else:
+        results = on_both(pair, lambda b: environ_of(b, uri, script_name='/app'))
+    assert same(results)['PATH_INFO'] == '/environ/a%20b'
+
+
+# ------------------------------------------------------------------------------------------
+# What the web server gets back
+
+@pytest.mark.parametrize('uri', ['/', '/stream?chunks=3&size=5', '/str', '/head', '/write',
+                                 '/download?size=0', '/nowhere'])
+def test_response_bytes(pair, uri):
+    """Status, header order and case, body, and the Content-Length rule (added only for a
+    one-element result: '/', not the generator, write() or the empty body)."""
+    answer = same(on_both(pair, lambda b: b.request(uri)))
+    if uri in ('/', '/str'):
+        assert answer.header('Content-Length') == str(len(answer.body))
+    elif uri in ('/stream?chunks=3&size=5', '/write'):
+        assert answer.header('Content-Length') is None
+
+
+def test_head_request(pair):
+    same(on_both(pair, lambda b: b.request('/head', method='HEAD')))
+
+
+@differs('ajp-500-status')
+def test_error_page(pair):
+    """The 500 page, byte for byte; over AJP flup sends it with status 200."""
+    results = on_both(pair, lambda b: b.request('/error'))
+    if protocol_of(pair) == 'ajp':
+        flup, ours = deviates('ajp-500-status', results)
+        assert (flup.status, flup.reason) == (200, 'Internal Server Error')
+        assert (ours.status, ours.reason) == (500, 'Internal Server Error')
+        assert (flup.headers, flup.body) == (ours.headers, ours.body)
+        answer = ours
+    else:
+        answer = same(results)
+    assert answer.header('Content-Type') == 'text/html'
+    assert b'<h1>Unhandled Exception</h1>' in answer.body
+
+
+def test_error_after_first_chunk(pair):
+    """An exception after the first chunk: the response is cut, no error page."""
+    answer = same(on_both(pair, lambda b: b.request('/error-after')))
+    assert (answer.status, answer.body) == (200, probe.ERROR_AFTER_FIRST)
+
+
+@differs('fastcgi-maxwrite')
+def test_large_response(pair):
+    """The same bytes; FastCGI STDOUT records of 8184 bytes (flup) or 65528 (ours)."""
+    size = 200000
+    results = on_both(pair, lambda b: b.request('/download?size=%d' % size))
+    answer = same(results)
+    assert answer.body == probe.pattern_bytes(size)
+    if protocol_of(pair) == 'fcgi':
+        # read_response keeps record types only; sizes come from re-framing the stream.
+        records = {impl: a.extra['records'].count(f.FCGI_STDOUT) for impl, a in results.items()}
+        flup, ours = deviates('fastcgi-maxwrite', records)
+        assert flup >= size // 8184 + 1 > ours
+
+
+@pytest.mark.parametrize('mode', ['read', 'read65536', 'readline', 'iter', 'readline65536'])
+@differs('scgi-bounded-input', 'readline-size')
+def test_upload(pair, mode):
+    """An upload (300 KiB opening with a 150 KiB line) read whole, in 64 KiB pieces, by lines,
+    by iteration, by readline(65536).
+
+    SCGI: flup's wsgi.input runs past the body, so every mode that reads to the end hangs
+    until the web server gives up (here: until we half-close, after HANG seconds); the other
+    modes repeat the same hang and run on FastCGI and AJP only. FastCGI: flup's
+    readline(65536) returns more than 65536 bytes (the probe fails: a 500 page); its AJP
+    stream has the same code, but these chunk sizes do not trigger it."""
+    protocol = protocol_of(pair)
+    if protocol == 'scgi' and mode != 'read':
+        pytest.skip('over SCGI every mode hangs on flup as read() does')
+    body = probe.pattern_bytes(300 * 1024)
+    digest = hashlib.sha256(body).hexdigest()
+
+    def scenario(backend):
+        if protocol != 'scgi':
+            return backend.request('/upload?mode=' + mode, method='POST', body=body)
+        conn = backend.connect(timeout=d.HANG)
+        try:
+            first = conn.request('/upload?mode=' + mode, method='POST', body=body)
+            if first != HUNG:
+                return first
+            conn.sock.shutdown(socket.SHUT_WR)
+            conn.sock.settimeout(d.IO_TIMEOUT)
+            return HUNG, conn.read()
+        finally:
+            conn.close()
+
+    results = on_both(pair, scenario)
+    ours = results['flupfast']
+    assert ours.status == 200 and ours.json()['sha256'] == digest
+    if protocol == 'scgi':
+        flup, _ = deviates('scgi-bounded-input', results)
+        assert flup[0] == HUNG and flup[1].json()['sha256'] == digest  # after our EOF
+    elif mode == 'readline65536' and protocol == 'fcgi':
+        flup, _ = deviates('readline-size', results)
+        assert flup.status == 500 and b'Unhandled Exception' in flup.body
+    else:
+        assert results['flup'].json()['sha256'] == digest
+
+
+# ------------------------------------------------------------------------------------------
+# Connections: keep-alive, reuse, unread bodies, who may connect
+
+def test_connection_reuse(pair):
+    """FastCGI: three KEEP_CONN requests on one connection, which stays open, then one
+    without, after which the server closes it. SCGI: one request per connection. AJP: the
+    connection is reused (END_RESPONSE reuse=1) and stays open."""
+    protocol = protocol_of(pair)
+
+    def scenario(backend):
+        conn = backend.connect()
+        seen = []
+        try:
+            if protocol == 'scgi':
+                seen.append(conn.request('/'))
+                seen.append(conn.at_eof())
+                return seen
+            for i in range(3):
+                if protocol == 'fcgi':
+                    answer = conn.request('/', keep_conn=True, request_id=i + 1)
+                else:
+                    answer = conn.request('/')
+                seen.append((answer.status, answer.body, answer.extra.get('reuse'),
+                             answer.extra.get('end')))
+            seen.append(conn.at_eof(0.3))
+            if protocol == 'fcgi':
+                answer = conn.request('/', request_id=9)
+                seen.append((answer.status, answer.extra['end']))
+                seen.append(conn.at_eof())
+            return seen
+        finally:
+            conn.close()
+
+    seen = same(on_both(pair, scenario))
+    if protocol == 'fcgi':
+        assert seen[3] is False and seen[-1] is True
+    elif protocol == 'ajp':
+        assert seen[0][2] is True and seen[3] is False
+
+
+@differs('scgi-lingering-close')
+def test_unread_body(pair):
+    """The app reads 10 bytes of a 300 KiB body. FastCGI (KEEP_CONN) and AJP: the next request
+    on the same connection is served. SCGI: flup closes with the body unread (a reset that
+    can destroy its answer); we half-close and drain, so the answer arrives."""
+    protocol = protocol_of(pair)
+    body = probe.pattern_bytes(300 * 1024)
+
+    def scenario(backend):
+        conn = backend.connect()
+        try:
+            if protocol == 'fcgi':
+                first = conn.request('/upload?limit=10', body=body, keep_conn=True)
+                second = conn.request('/', keep_conn=True, request_id=2)
+            elif protocol == 'ajp':
+                first = conn.request('/upload?limit=10', method='POST', body=body)
+                second = conn.request('/')
+            else:
+                first = conn.request('/upload?limit=10', method='POST', body=body)
+                return first if first in (HUNG, CLOSED, RESET) else json.loads(first.body)['length']
+            return (json.loads(first.body)['length'], second.status, second.body)
+        finally:
+            conn.close()
+
+    results = on_both(pair, scenario)
+    if protocol == 'scgi':
+        flup, ours = results['flup'], results['flupfast']
+        assert ours == 10
+        # flup's reset races its answer: on loopback the answer is usually lost.
+        assert flup in (10, RESET)
+    else:
+        assert same(results) == (10, 200, probe.HELLO)
+
+
+def test_rejected_peer(pair):
+    """A peer outside allowedServers / FCGI_WEB_SERVER_ADDRS is closed without an answer
+    (SCGI and AJP log flup's warning); the server keeps serving."""
+    marks = {impl: backend.mark() for impl, backend in pair.items()}
+
+    def scenario(backend):
+        conn = backend.connect(source=d.OTHER_PEER, timeout=5)
+        try:
+            try:
+                conn.send({'fcgi': fcgi_client.request_bytes('/'),
+                           'scgi': scgi_client.request_bytes('/'),
+                           'ajp': ajp_client.request_bytes('GET', '/')}[backend.protocol])
+            except (BrokenPipeError, ConnectionResetError):
+                return 'no answer'
+            return 'no answer' if conn.at_eof(5) else 'answered or hung'
+        finally:
+            conn.close()
+
+    assert same(on_both(pair, scenario)) == 'no answer'
+    if protocol_of(pair) != 'fcgi':
+        for impl, backend in pair.items():
+            assert d.wait_until(lambda: 'Server connection from 127.0.0.2 disallowed'
+                                in backend.log_since(marks[impl]), 5), impl
+    assert_still_serving(pair)
+
+
+# ------------------------------------------------------------------------------------------
+# FastCGI protocol surface and malformed records
+
+def fcgi_raw(backend, data, request_id=1, timeout=d.IO_TIMEOUT):
+    conn = backend.connect(timeout=timeout)
+    try:
+        conn.send(data)
+        return conn.read(request_id)
+    finally:
+        conn.close()
+
+
+def records_of(backend, data, quiet=d.IO_TIMEOUT):
+    """All records the server sends back for ``data``, sent before our half-close (until
+    EOF or ``quiet`` seconds)."""
+    conn = backend.connect(timeout=quiet)
+    raw = b''
+    try:
+        conn.send(data)
+        conn.sock.shutdown(socket.SHUT_WR)
+        while True:
+            try:
+                chunk = conn.sock.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            raw += chunk
+    finally:
+        conn.close()
+    out = []
+    pos = 0
+    while len(raw) - pos >= 8:
+        _, kind, rid, length, padding = struct.unpack_from('!BBHHBx', raw, pos)
+        out.append((kind, rid, raw[pos + 8:pos + 8 + length]))
+        pos += 8 + length + padding
+    return out
+
+
+@differs('fastcgi-get-values')
+def test_fcgi_get_values(pair):
+    only(pair, 'fcgi')
+    names = [(f.FCGI_MAX_CONNS, ''), (f.FCGI_MAX_REQS, ''), (f.FCGI_MPXS_CONNS, '')]
+    wire = f.encode_record(f.FCGI_GET_VALUES, 0, f.encode_params(names))
+    results = on_both(pair, lambda b: records_of(b, wire))
+    flup, ours = deviates('fastcgi-get-values', results)
+    assert flup == [(f.FCGI_GET_VALUES_RESULT, 0, b'')]
+    assert [(kind, rid) for kind, rid, _ in ours] == [(f.FCGI_GET_VALUES_RESULT, 0)]
+    values = dict(f.decode_params(ours[0][2]))
+    assert set(values) == {f.FCGI_MAX_CONNS, f.FCGI_MAX_REQS, f.FCGI_MPXS_CONNS}
+    assert values[f.FCGI_MPXS_CONNS] == '0'
+    if mode_of(pair) == 'single':
+        assert values[f.FCGI_MAX_CONNS] == values[f.FCGI_MAX_REQS] == '1'
+    assert_still_serving(pair)
+
+
+def test_fcgi_unknown_management_record(pair):
+    """An unknown type with request id 0: FCGI_UNKNOWN_TYPE, then the connection goes on."""
+    only(pair, 'fcgi')
+    wire = f.encode_record(42, 0, b'12345678')
+    answer = same(on_both(pair, lambda b: records_of(b, wire)))
+    assert answer == [(f.FCGI_UNKNOWN_TYPE, 0, bytes([42]) + bytes(7))]
+
+
+def test_fcgi_unknown_role_and_second_request(pair):
+    """A role not served: END_REQUEST(UNKNOWN_ROLE) without STDOUT. A second BEGIN_REQUEST on
+    a non-multiplexed connection: END_REQUEST(CANT_MPX_CONN) for it; the first is served."""
+    only(pair, 'fcgi')
+    role = fcgi_client.request_bytes('/', role=f.FCGI_AUTHORIZER)
+    same(on_both(pair, lambda b: fcgi_raw(b, role)))
+    assert on_both(pair, lambda b: fcgi_raw(b, role))['flup'] == ('end', (0, f.FCGI_UNKNOWN_ROLE))
+    # The app reads its body, so the server reads records while request 1 is active.
+    begin, rest = fcgi_client.request_bytes('/upload?mode=read', body=b'abc', split=True)
+    wire = begin + f.encode_begin_request(2) + rest
+
+    def scenario(backend):
+        conn = backend.connect()
+        try:
+            conn.send(wire)
+            return conn.read(2), conn.read(1)
+        finally:
+            conn.close()
+    refused, served = same(on_both(pair, scenario))
+    assert refused == ('end', (0, f.FCGI_CANT_MPX_CONN))
+    assert served.json()['length'] == 3
+
+
+@differs('fastcgi-params-split')
+def test_fcgi_params_split_across_records(pair):
+    """A name-value pair straddling two PARAMS records (allowed: record boundaries carry no
+    meaning). flup decodes each record alone and mangles the pair."""
+    only(pair, 'fcgi')
+    env = dict(fcgi_client.DEFAULT_PARAMS, REQUEST_URI='/environ', QUERY_STRING='',
+               HTTP_X_SPLIT='value-across-records')
+    stream = f.encode_params(env.items())
+    cut = stream.index(b'value-across') + 5
+    wire = (f.encode_begin_request(1) + f.encode_record(f.FCGI_PARAMS, 1, stream[:cut])
+            + f.encode_record(f.FCGI_PARAMS, 1, stream[cut:]) + f.encode_record(f.FCGI_PARAMS, 1)
+            + f.encode_record(f.FCGI_STDIN, 1))
+    results = on_both(pair, lambda b: fcgi_raw(b, wire, timeout=d.HANG))
+    flup, ours = deviates('fastcgi-params-split', results)
+    assert ours.json()['HTTP_X_SPLIT'] == 'value-across-records'
+    assert not isinstance(flup, Answer) or flup.status != 200 or (
+        flup.json().get('HTTP_X_SPLIT') != 'value-across-records')
+    assert_still_serving(pair)
+
+
+FCGI_MALFORMED = {
+    'http-request': b'GET / HTTP/1.1\r\nHost: x\r\n\r\n',
+    'bad-version': bytes([2]) + fcgi_client.request_bytes('/')[1:],
+    'truncated-header': fcgi_client.request_bytes('/')[:5],
+    'truncated-params': fcgi_client.request_bytes('/', split=True)[0][:-12],
+    'params-length-past-record': (f.encode_begin_request(1) + f.encode_record(
+        f.FCGI_PARAMS, 1, b'\x04\x7fNAME' + b'v' * 8) + f.encode_record(f.FCGI_PARAMS, 1)
+        + f.encode_record(f.FCGI_STDIN, 1)),
+    'stdin-for-unknown-request': f.encode_record(f.FCGI_STDIN, 7, b'data'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(FCGI_MALFORMED))
+def test_fcgi_malformed(pair, case):
+    """Malformed FastCGI input on one connection: no answer (the connection is closed or
+    left idle), flup's behaviour recorded beside ours; both keep serving."""
+    only(pair, 'fcgi')
+    results = on_both(pair, lambda b: records_of(b, FCGI_MALFORMED[case]))
+    ours = results['flupfast']
+    if case == 'params-length-past-record':
+        # flup reads past the record into garbage and crashes the request's thread; we close.
+        assert not any(kind == f.FCGI_STDOUT for kind, _, _ in ours)
+    else:
+        assert ours == []
+        assert results['flup'] == [] or case == 'bad-version'
+    assert_still_serving(pair)
+
+
+# ------------------------------------------------------------------------------------------
+# SCGI netstrings
+
+def scgi_pairs(*pairs):
+    return b''.join(name + b'\0' + value + b'\0' for name, value in pairs)
+
+
+def netstring(block, length=None):
+    return (b'%d' % len(block) if length is None else length) + b':' + block + b','
+
+
+GOOD = [(b'CONTENT_LENGTH', b'0'), (b'SCGI', b'1'), (b'REQUEST_METHOD', b'GET'),
+        (b'REQUEST_URI', b'/'), (b'SCRIPT_NAME', b''), (b'SERVER_NAME', b'localhost'),
+        (b'SERVER_PORT', b'80'), (b'SERVER_PROTOCOL', b'HTTP/1.1')]
+
+# case -> (bytes, does flup answer it like a good request?)
+SCGI_MALFORMED = {
+    'http-request': (b'GET / HTTP/1.1\r\nHost: x\r\n\r\n', False),
+    'non-digit-length': (netstring(scgi_pairs(*GOOD), b'2x'), False),
+    'missing-comma': (netstring(scgi_pairs(*GOOD))[:-1] + b';', False),
+    'truncated-header': (netstring(scgi_pairs(*GOOD))[:20], False),
+    'no-content-length': (netstring(scgi_pairs(*GOOD[1:])), False),
+    'bad-content-length': (netstring(scgi_pairs((b'CONTENT_LENGTH', b'x'), *GOOD[1:])), False),
+    'odd-pair-count': (netstring(scgi_pairs(*GOOD) + b'DANGLING\0'), None),
+    'leading-zero-length': (netstring(scgi_pairs(*GOOD), b'0%d' % len(scgi_pairs(*GOOD))), True),
+    'signed-length': (netstring(scgi_pairs(*GOOD), b'+%d' % len(scgi_pairs(*GOOD))), True),
+    'content-length-not-first': (netstring(scgi_pairs(*(GOOD[1:] + GOOD[:1]))), True),
+    'no-scgi-header': (netstring(scgi_pairs(GOOD[0], *GOOD[2:])), True),
+    'duplicate-name': (netstring(scgi_pairs(*GOOD) + scgi_pairs((b'SERVER_PORT', b'81'))), True),
+    'huge-length': (b'99999999999:', False),
+}
+
+
+@pytest.mark.parametrize('case', sorted(SCGI_MALFORMED))
+@differs('scgi-netstring-strict')
+def test_scgi_malformed(pair, case):
+    """Bad netstrings and headers: flupfast answers nothing, logs one line naming the fault
+    and serves on. flup accepts some of them (leading zeros, signs, any header order,
+    duplicates, a missing SCGI header) as good requests."""
+    only(pair, 'scgi')
+    data, flup_serves = SCGI_MALFORMED[case]
+    marks = {impl: backend.mark() for impl, backend in pair.items()}
+    results = on_both(pair, lambda b: b.exchange(data))
+    flup, ours = results['flup'], results['flupfast']
+    assert ours in NO_ANSWER
+    if flup_serves:
+        deviates('scgi-netstring-strict', results)
+        assert isinstance(flup, Answer) and flup.status == 200
+    elif flup_serves is False:
+        assert flup in NO_ANSWER + (HUNG,)
+    log = d.wait_until(lambda: pair['flupfast'].log_since(marks['flupfast']), 5)
+    assert 'Protocol error' in log or 'SCGI' in log, log
+    assert 'Traceback' not in log
+    assert_still_serving(pair)
+
+
+# ------------------------------------------------------------------------------------------
+# AJP13 packets
+
+def ajp_conversation(backend, *steps):
+    """Send each (wire, rest) on one connection; the list of outcomes, stopping at the first
+    that is not an Answer."""
+    conn = backend.connect(timeout=d.HANG)
+    out = []
+    try:
+        for wire, rest in steps:
+            try:
+                outcome = conn.exchange(wire, rest)
+            except (BrokenPipeError, ConnectionResetError):
+                outcome = RESET
+            out.append(outcome)
+            if not isinstance(outcome, Answer) and not isinstance(outcome, tuple):
+                break
+    finally:
+        conn.close()
+    return out
+
+
+def test_ajp_cping(pair):
+    """CPING is answered with CPONG, then a request is served on the same connection."""
+    only(pair, 'ajp')
+    outcome = same(on_both(pair, lambda b: ajp_conversation(
+        b, (ajp_client.CPING, b''), (ajp_client.request_bytes('GET', '/'), b''))))
+    assert outcome[1].body == probe.HELLO
+
+
+@differs('ajp-secret-stored-method', 'ajp-method-baseline-control')
+@pytest.mark.parametrize('case', ['patch', 'secret', 'baseline-control'])
+def test_ajp_method_and_attributes(pair, case):
+    """PATCH (method 0xFF + stored_method), the secret attribute (mod_proxy_ajp secret=) and
+    method code 26: flup closes the connection on the first two and names the third
+    BASELINE_CONTROL."""
+    only(pair, 'ajp')
+    if case == 'patch':
+        wire = ajp_client.request_bytes('PATCH', '/environ')
+    elif case == 'secret':
+        wire = ajp_client.request_bytes('GET', '/environ', attributes=[('secret', 's3cret')])
+    else:
+        wire = ajp_client.request_bytes(26, '/environ')
+    results = on_both(pair, lambda b: ajp_conversation(b, (wire, b''))[0])
+    key = 'ajp-method-baseline-control' if case == 'baseline-control' else (
+        'ajp-secret-stored-method')
+    flup, ours = deviates(key, results)
+    env = ours.json()
+    if case == 'baseline-control':
+        assert flup.json()['REQUEST_METHOD'] == 'BASELINE_CONTROL'
+        assert env['REQUEST_METHOD'] == 'BASELINE-CONTROL'
+    else:
+        assert flup in NO_ANSWER
+        assert env['REQUEST_METHOD'] == ('PATCH' if case == 'patch' else 'GET')
+        assert 's3cret' not in ours.body.decode()
+    assert_still_serving(pair)
+
+
+@differs('ajp-chunked-body')
+def test_ajp_chunked_body(pair):
+    """A body without Content-Length (chunked upload): we pull it with GET_BODY_CHUNK until
+    the empty chunk; flup takes the body packets for new requests and drops the connection."""
+    only(pair, 'ajp')
+    data = probe.pattern_bytes(20000)
+    wire = ajp_client.packet(ajp_client.forward_request(
+        'POST', '/upload', headers=[('Transfer-Encoding', 'chunked')],
+        attributes=[('query_string', 'mode=read')])) + ajp_client.body_packet(data[:8000])
+
+    def scenario(backend):
+        conn = backend.connect(timeout=d.HANG)
+        try:
+            conn.send(wire)
+            # Our side answers GET_BODY_CHUNKs with the rest, then the empty chunk.
+            answer = conn.exchange(b'', data[8000:])
+            return answer
+        except (BrokenPipeError, ConnectionResetError):
+            return RESET
+        finally:
+            conn.close()
+    results = on_both(pair, scenario)
+    flup, ours = deviates('ajp-chunked-body', results)
+    assert not isinstance(flup, Answer) or flup.json()['length'] != len(data)
+    assert ours.json()['sha256'] == hashlib.sha256(data).hexdigest()
+    assert_still_serving(pair)
+
+
+@differs('ajp-repeated-headers')
+def test_ajp_repeated_headers(pair):
+    only(pair, 'ajp')
+    wire = ajp_client.request_bytes('GET', '/environ', headers=[('X-Dup', 'one'),
+                                                                ('X-Dup', 'two')])
+    results = on_both(pair, lambda b: ajp_conversation(b, (wire, b''))[0].json()['HTTP_X_DUP'])
+    flup, ours = deviates('ajp-repeated-headers', results)
+    assert (flup, ours) == ('two', 'one, two')
+
+
+AJP_MALFORMED = {
+    # case -> (bytes, what flup does)
+    'http-request': (b'GET / HTTP/1.1\r\nHost: x\r\n\r\n', 'closes'),
+    'unknown-packet-type': (ajp_client.packet(b'\x63'), 'closes'),
+    'truncated-packet': (ajp_client.request_bytes('GET', '/')[:-3], 'closes'),
+    'truncated-forward-request': (ajp_client.packet(ajp_client.forward_request('GET', '/')[:9]),
+                                  'closes'),
+    'method-out-of-table': (ajp_client.request_bytes(99, '/'), 'closes'),
+    'content-length-signed': (ajp_client.packet(ajp_client.forward_request(
+        'POST', '/environ', headers=[('Content-Length', '+5')])) + ajp_client.body_packet(
+        b'hello'), 'serves'),
+    'bytes-after-attributes': (ajp_client.packet(ajp_client.forward_request(
+        'GET', '/environ') + b'junk'), 'serves'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(AJP_MALFORMED))
+@differs('ajp-strict-packets')
+def test_ajp_malformed(pair, case):
+    """Bad AJP packets: flupfast closes the connection with one log line and serves on; flup
+    closes too, or serves what a strict parser rejects. Each connection ends with our
+    half-close, as a web server that gives up."""
+    only(pair, 'ajp')
+    data, flup_does = AJP_MALFORMED[case]
+    marks = {impl: backend.mark() for impl, backend in pair.items()}
+    results = on_both(pair, lambda b: b.exchange(data))
+    flup, ours = results['flup'], results['flupfast']
+    assert ours in NO_ANSWER
+    log = d.wait_until(lambda: pair['flupfast'].log_since(marks['flupfast']), 5)
+    if case != 'truncated-packet':  # a packet cut by the peer's close is no protocol error
+        assert 'Protocol error' in log, log
+    assert 'Traceback' not in log
+    if flup_does == 'serves':
+        deviates('ajp-strict-packets', results)
+        assert isinstance(flup, Answer) and flup.status == 200
+    else:
+        assert flup in NO_ANSWER
+    assert_still_serving(pair)
+
+
+@differs('ajp-upload-speed')
+def test_ajp_upload_pulls(pair):
+    """An upload past the first chunk: the GET_BODY_CHUNK sizes asked for."""
+    only(pair, 'ajp')
+    body = probe.pattern_bytes(100000)
+    results = on_both(pair, lambda b: b.request('/upload?mode=read', method='POST', body=body))
+    for answer in results.values():
+        assert answer.json()['sha256'] == hashlib.sha256(body).hexdigest()
+    asked = {impl: answer.extra['get_body'] for impl, answer in results.items()}
+    flup, ours = deviates('ajp-upload-speed', asked)
+    assert max(flup) == 0xFFFF  # more than a packet can carry (the web server sends less)
+    assert max(ours) <= 0xFFFF - 2
