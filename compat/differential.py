@@ -21,7 +21,7 @@ import pytest
 from compat.known_differences import DIFFERENCES
 from tests import ajp_client, fcgi_client, scgi_client
 from tests.integration import flup_launcher
-from tests.integration.backend_process import Server, free_port
+from tests.integration.backend_process import ROOT, Server, free_port
 
 IMPLS = ('flup', 'flupfast')
 PROTOCOLS = ('fcgi', 'scgi', 'ajp')
@@ -121,7 +121,7 @@ def _cgi_answer(stdout, **extra):
 
 
 def _socket(address, source=None, timeout=IO_TIMEOUT):
-    sock = socket.socket(socket.AF_INET)
+    sock = socket.socket(socket.AF_INET6 if ':' in address[0] else socket.AF_INET)
     sock.settimeout(timeout)
     if source:
         sock.bind((source, 0))
@@ -291,11 +291,15 @@ class Backend:
         self.impl, self.protocol, self.mode = impl, protocol, mode
         self.run_mode = flup_mode(protocol, mode) if impl == 'flup' else mode
         port = free_port()
-        self.address = bind or ('127.0.0.1', port)
+        # ``bind``: a Unix socket path, or a host whose free port is taken.
+        if bind and bind.startswith('/'):
+            self.address, bind_arg = bind, 'unix:' + bind
+        else:
+            self.address = (bind or '127.0.0.1', port)
+            bind_arg = '%s:%d' % self.address
         kwargs = dict(mode_kwargs(self.run_mode), **(kwargs or {}))
         command = [sys.executable, LAUNCHER, '--package', impl, '--protocol', protocol,
-                   '--mode', self.run_mode, '--bind', '%s:%d' % self.address[:2],
-                   '--kwargs', json.dumps(kwargs)]
+                   '--mode', self.run_mode, '--bind', bind_arg, '--kwargs', json.dumps(kwargs)]
         full_env = {'PYTHONUNBUFFERED': '1'}
         if allowed and protocol == 'fcgi':
             full_env['FCGI_WEB_SERVER_ADDRS'] = allowed
@@ -315,6 +319,14 @@ class Backend:
     def wait_ready(self):
         self.server.wait_ready(30)
         return self
+
+    def wait_started(self, timeout=30):
+        """Listening, or exited (a server that cannot start); True when listening."""
+        try:
+            self.server.wait_ready(timeout)
+        except AssertionError:
+            return False
+        return True
 
     def connect(self, source=None, timeout=IO_TIMEOUT):
         return CONNECTIONS[self.protocol](self.address, source, timeout)
@@ -400,6 +412,15 @@ class Backend:
             except ProcessLookupError:
                 pass
         return self.log()
+
+
+def run_once(impl, args, env=None, stdin=subprocess.DEVNULL, timeout=60):
+    """flup_launcher.py as a one-shot process (CGI, a bind failure): its CompletedProcess."""
+    full_env = dict(os.environ, PYTHONPATH=ROOT)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, LAUNCHER, '--package', impl] + list(args),
+                          stdin=stdin, capture_output=True, env=full_env, cwd=ROOT,
+                          timeout=timeout)
 
 
 def start_pair(protocol, mode, log_dir, **kw):

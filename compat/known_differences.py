@@ -166,6 +166,13 @@ DIFFERENCES = [
         'also binds IPv6 (a 4-tuple) and Unix sockets (a str)',
         'additive'),
     Difference(
+        'threaded-stop-kept-connection', 'fcgi.py:146-149, scgi.py:191-195, threadpool.py:106-117',
+        'on SIGTERM/SIGINT/SIGHUP, run() joins every worker thread, so a FastCGI KEEP_CONN '
+        'connection or an SCGI connection still open keeps the process alive until the web '
+        'server closes it',
+        'ends idle connections\' waits and returns within a second',
+        'mod_fcgid and service managers expect SIGTERM to stop the process'),
+    Difference(
         'single-mode-stop-idle', 'singleserver.py:88-93',
         'a SIGTERM while a persistent connection (AJP, FastCGI KEEP_CONN) is open waits '
         'until the web server closes it',

@@ -36,20 +36,18 @@ pytestmark = pytest.mark.timeout(120)
 
 # Known differences no scenario here can show, each with the reason.
 NOT_DIFFERENTIAL = {
-    'debug-page-cgitb': 'needs Python >= 3.13 (cgitb removed); on older Pythons '
-                        'test_debug_page_over_cgi compares both tracebacks pages instead',
     'wsgi-errors-tee-bytes': 'the probe app never writes bytes to wsgi.errors; '
                              'tests/unit/test_gateway.py covers the tee',
     'scgi-file-wrapper': 'the probe app does not use wsgi.file_wrapper (it is an addition)',
-    'ajp-response-framing': 'the packets on the wire are the same (test_large_response '
-                            'compares them); the difference is copies and send calls (bench/)',
+    'ajp-response-framing': 'the packets on the wire are the same; the difference is '
+                            'copies and send calls, measured in bench/',
 }
 
 NO_ANSWER = (CLOSED, RESET)
 
 
 def matrix_id(param):
-    return '%s-%s' % param
+    return '%s-%s' % param if isinstance(param, tuple) else str(param)
 
 
 @pytest.fixture(scope='module', params=d.MATRIX, ids=matrix_id)
@@ -71,9 +69,10 @@ def mode_of(pair):
     return pair['flupfast'].mode
 
 
-def only(pair, *protocols):
-    if protocol_of(pair) not in protocols:
-        pytest.skip('a %s scenario' % '/'.join(protocols))
+def over(*protocols):
+    """Run a scenario on the pairs of these protocols only (the shared servers)."""
+    cases = [case for case in d.MATRIX if case[0] in protocols]
+    return pytest.mark.parametrize('pair', cases, indirect=True, ids=[matrix_id(c) for c in cases])
 
 
 def assert_still_serving(pair, impls=('flup', 'flupfast')):
@@ -140,11 +139,11 @@ def test_environ_with_body(pair):
     same({impl: comparable(answer.json(), pair[impl]) for impl, answer in results.items()})
 
 
+@over('fcgi', 'scgi')
 @differs('fastcgi-path-info-decoded-script-name', 'scgi-path-info-decoded-script-name')
 def test_path_info_under_a_decoded_script_name(pair):
     """nginx's stock fastcgi_params / Apache mod_proxy_scgi: SCRIPT_NAME is the decoded path,
     no PATH_INFO. flup cuts the raw REQUEST_URI at len(SCRIPT_NAME)."""
-    only(pair, 'fcgi', 'scgi')
     uri = '/environ/caf%C3%A9/a%20b%21'
     decoded = '/environ/caf\xc3\xa9/a b!'  # latin-1 str of the UTF-8 bytes, as CGI passes it
     if protocol_of(pair) == 'fcgi':
@@ -159,9 +158,9 @@ def test_path_info_under_a_decoded_script_name(pair):
     assert flup['SCRIPT_NAME'] == ours['SCRIPT_NAME'] == decoded
 
 
+@over('fcgi', 'scgi')
 def test_path_info_from_request_uri(pair):
     """No PATH_INFO and an undecoded SCRIPT_NAME prefix: both cut the raw URI (undecoded)."""
-    only(pair, 'fcgi', 'scgi')
     uri = '/app/environ/a%20b'
     if protocol_of(pair) == 'fcgi':
         results = on_both(pair, lambda b: environ_of(b, uri, params={'SCRIPT_NAME': '/app'}))
@@ -410,9 +409,9 @@ def records_of(backend, data, quiet=d.IO_TIMEOUT):
     return out
 
 
+@over('fcgi')
 @differs('fastcgi-get-values')
 def test_fcgi_get_values(pair):
-    only(pair, 'fcgi')
     names = [(f.FCGI_MAX_CONNS, ''), (f.FCGI_MAX_REQS, ''), (f.FCGI_MPXS_CONNS, '')]
     wire = f.encode_record(f.FCGI_GET_VALUES, 0, f.encode_params(names))
     results = on_both(pair, lambda b: records_of(b, wire))
@@ -427,18 +426,18 @@ def test_fcgi_get_values(pair):
     assert_still_serving(pair)
 
 
+@over('fcgi')
 def test_fcgi_unknown_management_record(pair):
     """An unknown type with request id 0: FCGI_UNKNOWN_TYPE, then the connection goes on."""
-    only(pair, 'fcgi')
     wire = f.encode_record(42, 0, b'12345678')
     answer = same(on_both(pair, lambda b: records_of(b, wire)))
     assert answer == [(f.FCGI_UNKNOWN_TYPE, 0, bytes([42]) + bytes(7))]
 
 
+@over('fcgi')
 def test_fcgi_unknown_role_and_second_request(pair):
     """A role not served: END_REQUEST(UNKNOWN_ROLE) without STDOUT. A second BEGIN_REQUEST on
     a non-multiplexed connection: END_REQUEST(CANT_MPX_CONN) for it; the first is served."""
-    only(pair, 'fcgi')
     role = fcgi_client.request_bytes('/', role=f.FCGI_AUTHORIZER)
     same(on_both(pair, lambda b: fcgi_raw(b, role)))
     assert on_both(pair, lambda b: fcgi_raw(b, role))['flup'] == ('end', (0, f.FCGI_UNKNOWN_ROLE))
@@ -453,16 +452,17 @@ def test_fcgi_unknown_role_and_second_request(pair):
             return conn.read(2), conn.read(1)
         finally:
             conn.close()
-    refused, served = same(on_both(pair, scenario))
-    assert refused == ('end', (0, f.FCGI_CANT_MPX_CONN))
-    assert served.json()['length'] == 3
+    results = on_both(pair, scenario)
+    for refused, served in results.values():
+        assert refused == ('end', (0, f.FCGI_CANT_MPX_CONN))
+        assert served.status == 200 and served.json()['length'] == 3
 
 
+@over('fcgi')
 @differs('fastcgi-params-split')
 def test_fcgi_params_split_across_records(pair):
     """A name-value pair straddling two PARAMS records (allowed: record boundaries carry no
     meaning). flup decodes each record alone and mangles the pair."""
-    only(pair, 'fcgi')
     env = dict(fcgi_client.DEFAULT_PARAMS, REQUEST_URI='/environ', QUERY_STRING='',
                HTTP_X_SPLIT='value-across-records')
     stream = f.encode_params(env.items())
@@ -490,11 +490,11 @@ FCGI_MALFORMED = {
 }
 
 
+@over('fcgi')
 @pytest.mark.parametrize('case', sorted(FCGI_MALFORMED))
 def test_fcgi_malformed(pair, case):
     """Malformed FastCGI input on one connection: no answer (the connection is closed or
     left idle), flup's behaviour recorded beside ours; both keep serving."""
-    only(pair, 'fcgi')
     results = on_both(pair, lambda b: records_of(b, FCGI_MALFORMED[case]))
     ours = results['flupfast']
     if case == 'params-length-past-record':
@@ -539,13 +539,13 @@ SCGI_MALFORMED = {
 }
 
 
+@over('scgi')
 @pytest.mark.parametrize('case', sorted(SCGI_MALFORMED))
 @differs('scgi-netstring-strict')
 def test_scgi_malformed(pair, case):
     """Bad netstrings and headers: flupfast answers nothing, logs one line naming the fault
     and serves on. flup accepts some of them (leading zeros, signs, any header order,
     duplicates, a missing SCGI header) as good requests."""
-    only(pair, 'scgi')
     data, flup_serves = SCGI_MALFORMED[case]
     marks = {impl: backend.mark() for impl, backend in pair.items()}
     results = on_both(pair, lambda b: b.exchange(data))
@@ -584,21 +584,21 @@ def ajp_conversation(backend, *steps):
     return out
 
 
+@over('ajp')
 def test_ajp_cping(pair):
     """CPING is answered with CPONG, then a request is served on the same connection."""
-    only(pair, 'ajp')
     outcome = same(on_both(pair, lambda b: ajp_conversation(
         b, (ajp_client.CPING, b''), (ajp_client.request_bytes('GET', '/'), b''))))
     assert outcome[1].body == probe.HELLO
 
 
+@over('ajp')
 @differs('ajp-secret-stored-method', 'ajp-method-baseline-control')
 @pytest.mark.parametrize('case', ['patch', 'secret', 'baseline-control'])
 def test_ajp_method_and_attributes(pair, case):
     """PATCH (method 0xFF + stored_method), the secret attribute (mod_proxy_ajp secret=) and
     method code 26: flup closes the connection on the first two and names the third
     BASELINE_CONTROL."""
-    only(pair, 'ajp')
     if case == 'patch':
         wire = ajp_client.request_bytes('PATCH', '/environ')
     elif case == 'secret':
@@ -620,11 +620,11 @@ def test_ajp_method_and_attributes(pair, case):
     assert_still_serving(pair)
 
 
+@over('ajp')
 @differs('ajp-chunked-body')
 def test_ajp_chunked_body(pair):
     """A body without Content-Length (chunked upload): we pull it with GET_BODY_CHUNK until
     the empty chunk; flup takes the body packets for new requests and drops the connection."""
-    only(pair, 'ajp')
     data = probe.pattern_bytes(20000)
     wire = ajp_client.packet(ajp_client.forward_request(
         'POST', '/upload', headers=[('Transfer-Encoding', 'chunked')],
@@ -648,9 +648,9 @@ def test_ajp_chunked_body(pair):
     assert_still_serving(pair)
 
 
+@over('ajp')
 @differs('ajp-repeated-headers')
 def test_ajp_repeated_headers(pair):
-    only(pair, 'ajp')
     wire = ajp_client.request_bytes('GET', '/environ', headers=[('X-Dup', 'one'),
                                                                 ('X-Dup', 'two')])
     results = on_both(pair, lambda b: ajp_conversation(b, (wire, b''))[0].json()['HTTP_X_DUP'])
@@ -674,13 +674,13 @@ AJP_MALFORMED = {
 }
 
 
+@over('ajp')
 @pytest.mark.parametrize('case', sorted(AJP_MALFORMED))
 @differs('ajp-strict-packets')
 def test_ajp_malformed(pair, case):
     """Bad AJP packets: flupfast closes the connection with one log line and serves on; flup
     closes too, or serves what a strict parser rejects. Each connection ends with our
     half-close, as a web server that gives up."""
-    only(pair, 'ajp')
     data, flup_does = AJP_MALFORMED[case]
     marks = {impl: backend.mark() for impl, backend in pair.items()}
     results = on_both(pair, lambda b: b.exchange(data))
@@ -698,10 +698,10 @@ def test_ajp_malformed(pair, case):
     assert_still_serving(pair)
 
 
+@over('ajp')
 @differs('ajp-upload-speed')
 def test_ajp_upload_pulls(pair):
     """An upload past the first chunk: the GET_BODY_CHUNK sizes asked for."""
-    only(pair, 'ajp')
     body = probe.pattern_bytes(100000)
     results = on_both(pair, lambda b: b.request('/upload?mode=read', method='POST', body=body))
     for answer in results.values():
@@ -710,3 +710,346 @@ def test_ajp_upload_pulls(pair):
     flup, ours = deviates('ajp-upload-speed', asked)
     assert max(flup) == 0xFFFF  # more than a packet can carry (the web server sends less)
     assert max(ours) <= 0xFFFF - 2
+
+
+# ------------------------------------------------------------------------------------------
+# Signals: what run() returns and how each server stops. Each batch starts its own servers,
+# all side by side, signals them together and records, for each, when it exited: on the
+# signal, after the peer closed its kept connection, after a request woke it, or never (then
+# it is killed).
+
+ON_SIGNAL, AFTER_PEER_CLOSED, AFTER_REQUEST, NEVER = (
+    'on the signal', 'after the peer closed', 'after a request', 'never (killed)')
+
+SIGNAL_BATCHES = {
+    # name: (signal, kept connection?, the (protocol, mode)s it covers)
+    'SIGHUP': (signal.SIGHUP, False, d.MATRIX),
+    'SIGTERM': (signal.SIGTERM, False, d.MATRIX),
+    'SIGINT': (signal.SIGINT, False, [(p, m) for p, m in d.MATRIX if m != 'fork']),
+    'SIGTERM-kept-connection': (signal.SIGTERM, True, [(p, m) for p, m in d.MATRIX
+                                                       if m != 'fork']),
+}
+
+
+def open_kept_connection(backend):
+    """A connection the web server keeps open after a request (FastCGI KEEP_CONN, AJP), or
+    for SCGI one that has sent nothing yet."""
+    conn = backend.connect()
+    if backend.protocol == 'fcgi':
+        assert conn.request('/', keep_conn=True).body == probe.HELLO
+    elif backend.protocol == 'ajp':
+        assert conn.request('/').body == probe.HELLO
+    return conn
+
+
+def run_returned(log):
+    lines = [line for line in log.splitlines() if line.startswith('flup_launcher: run() returned')]
+    return lines[-1].rsplit(' ', 1)[1] if lines else None
+
+
+@pytest.fixture(scope='module', params=sorted(SIGNAL_BATCHES))
+def signalled(request, tmp_path_factory):
+    """{(impl, protocol, mode): (exit stage, what run() returned, exit status, log)}."""
+    signum, kept, cases = SIGNAL_BATCHES[request.param]
+    log_dir = tmp_path_factory.mktemp(request.param)
+    backends = {}
+    for protocol, mode in cases:
+        for impl in d.IMPLS:
+            key = (impl, protocol, d.flup_mode(protocol, mode) if impl == 'flup' else mode)
+            if key not in backends:
+                backends[key] = d.Backend(impl, protocol, mode, log_dir)
+    outcomes = {}
+    conns = {}
+    try:
+        for backend in backends.values():
+            backend.wait_ready()
+        if kept:
+            conns = {key: open_kept_connection(b) for key, b in backends.items()}
+        for backend in backends.values():
+            if backend.mode == 'fork':  # children are up before the signal
+                d.wait_until(lambda: len(backend.children()) >= 1, d.STOP_GRACE)
+            os.kill(backend.pid, signum)
+        ours = [b for b in backends.values() if b.impl == 'flupfast']
+        d.wait_until(lambda: not any(b.alive() for b in ours), d.STOP_GRACE)
+        time.sleep(1.0)  # flup gets as long as we took, and a second more
+        stages = [(ON_SIGNAL, None)]
+        if kept:
+            stages.append((AFTER_PEER_CLOSED, lambda key, b: conns[key].close()))
+        stages.append((AFTER_REQUEST, lambda key, b: b.poke()))
+        pending = dict(backends)
+        for stage, action in stages:
+            if action:
+                for key, backend in pending.items():
+                    action(key, backend)
+                d.wait_until(lambda: not any(b.alive() for b in pending.values()), 3.0)
+            for key, backend in list(pending.items()):
+                if not backend.alive():
+                    outcomes[key] = (stage, backend.server.proc.returncode)
+                    del pending[key]
+        for key, backend in pending.items():
+            outcomes[key] = (NEVER, None)
+    finally:
+        for conn in conns.values():
+            conn.close()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda b: b.stop(), backends.values()))
+    return {key: outcome + (run_returned(backends[key].log()), backends[key].log())
+            for key, outcome in outcomes.items()}
+
+
+# flup's stage where it is not ON_SIGNAL, by (batch, protocol, flup's mode).
+FLUP_LATE = {
+    ('SIGHUP', 'fcgi', 'fork'): AFTER_REQUEST,
+    ('SIGHUP', 'scgi', 'fork'): AFTER_REQUEST,
+    ('SIGHUP', 'ajp', 'fork'): AFTER_REQUEST,
+    ('SIGTERM', 'fcgi', 'fork'): AFTER_REQUEST,
+    ('SIGTERM', 'scgi', 'fork'): AFTER_REQUEST,
+    ('SIGTERM', 'ajp', 'fork'): AFTER_REQUEST,
+    ('SIGTERM-kept-connection', 'fcgi', 'thread'): AFTER_PEER_CLOSED,
+    ('SIGTERM-kept-connection', 'fcgi', 'single'): AFTER_PEER_CLOSED,
+    ('SIGTERM-kept-connection', 'scgi', 'thread'): AFTER_PEER_CLOSED,
+}
+
+
+@pytest.mark.parametrize('protocol, mode', d.MATRIX, ids=['%s-%s' % pm for pm in d.MATRIX])
+@differs('prefork-signals', 'single-mode-stop-idle', 'threaded-stop-kept-connection')
+def test_signals(signalled, request, protocol, mode):
+    """SIGHUP: run() returns True; SIGINT/SIGTERM: False. flupfast acts on the signal at
+    once in every mode, also with a kept connection open. flup's prefork parent ignores
+    signals while idle (until a request wakes it); its threaded FastCGI and SCGI servers and
+    its FastCGI single mode wait for a kept connection until the web server closes it."""
+    batch = request.node.callspec.params['signalled']
+    signum, kept, cases = SIGNAL_BATCHES[batch]
+    if (protocol, mode) not in cases:
+        pytest.skip('%s is not sent in %s mode' % (batch, mode))
+    expected_ret = 'True' if signum == signal.SIGHUP else 'False'
+    stage, status, ret, log = signalled['flupfast', protocol, mode]
+    assert (stage, status, ret) == (ON_SIGNAL, 0, expected_ret), log[-3000:]
+    assert 'Traceback' not in log
+    flup_run_mode = d.flup_mode(protocol, mode)
+    stage, status, ret, log = signalled['flup', protocol, flup_run_mode]
+    assert (stage, status, ret) == (
+        FLUP_LATE.get((batch, protocol, flup_run_mode), ON_SIGNAL), 0, expected_ret), log[-3000:]
+
+
+# ------------------------------------------------------------------------------------------
+# Prefork pools (the shared FastCGI fork pair: minSpare 1, maxSpare 2, maxChildren 4)
+
+@pytest.mark.parametrize('pair', [('fcgi', 'fork')], indirect=True, ids=['fcgi-fork'])
+@differs('prefork-pool-growth')
+def test_prefork_pool_grows_under_load(pair):
+    """Four slow requests at once: flupfast's pool grows to maxChildren=4 and serves them
+    side by side; flup's stays at maxSpare=2 (the rest wait their turn). The pool is
+    protocol-blind, so FastCGI stands for all three."""
+    def scenario(backend):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = [pool.submit(backend.request, '/sleep?ms=2500', timeout=30)
+                       for _ in range(4)]
+            most = 0
+            deadline = time.monotonic() + 2.0  # within the first request's sleep
+            while time.monotonic() < deadline and most < 4:
+                most = max(most, len(backend.children()))
+                time.sleep(0.05)
+            bodies = [answer.result().body for answer in answers]
+        return most, bodies
+    results = on_both(pair, scenario)
+    (flup_most, flup_bodies), (ours_most, ours_bodies) = deviates('prefork-pool-growth', results)
+    assert flup_bodies == ours_bodies == [b'slept 2500\n'] * 4
+    assert (flup_most, ours_most) == (2, 4)
+
+
+@differs('prefork-max-requests')
+def test_prefork_max_requests_counts_requests(tmp_path):
+    """maxRequests=2 with one child: three KEEP_CONN requests on one connection. flup counts
+    the connection once and serves all three from one child; flupfast closes the connection
+    after two, and a fresh connection is served by a new child."""
+    one_child = {'minSpare': 1, 'maxSpare': 1, 'maxChildren': 1, 'maxRequests': 2}
+    pair = d.start_pair('fcgi', 'fork', tmp_path, kwargs=one_child)
+
+    def scenario(backend):
+        conn = backend.connect()
+        try:
+            seen = []
+            for i in range(3):
+                answer = conn.request('/environ', keep_conn=True, request_id=i + 1)
+                seen.append(answer.json()['probe.pid'] if isinstance(answer, Answer) else answer)
+        finally:
+            conn.close()
+        later = backend.request('/environ').json()['probe.pid']
+        return seen, later
+    try:
+        results = on_both(pair, scenario)
+    finally:
+        for backend in pair.values():
+            backend.stop()
+    (flup_seen, _), (ours_seen, ours_later) = deviates('prefork-max-requests', results)
+    assert flup_seen[0] == flup_seen[1] == flup_seen[2]
+    assert ours_seen[0] == ours_seen[1] and ours_seen[2] in (CLOSED, RESET)
+    assert ours_later != ours_seen[0]
+
+
+# ------------------------------------------------------------------------------------------
+# Constructor keyword arguments
+
+KWARGS_CASES = [
+    ('fcgi', {'timeout': 1}), ('fcgi', {'bogus': 1}), ('fcgi', {'maxThreads': 4}),
+    ('fcgi_fork', {'minSpare': 0}), ('fcgi_fork', {'minSpare': 3, 'maxSpare': 2}),
+    ('fcgi_fork', {'sockTimeout': -1}), ('fcgi_fork', {'sockTimeout': 'x'}),
+    ('fcgi_fork', {'bogus': 1}), ('fcgi_fork', {'maxThreads': 4}),
+    ('fcgi_fork', {'multithreaded': True, 'timeout': 5}),
+    ('fcgi_single', {'bogus': 1}), ('fcgi_single', {'timeout': 1}),
+    ('scgi', {'timeout': 1}), ('scgi', {'maxChildren': 2}), ('scgi_fork', {'minSpare': 0}),
+    ('scgi_fork', {'maxRequests': 3}), ('ajp', {'umask': 0o22}), ('ajp', {'maxThreads': 2}),
+    ('ajp_fork', {'maxSpare': 0}), ('ajp_fork', {'umask': 0o22}),
+]
+
+KWARGS_SCRIPT = '''
+import importlib, json, sys
+package, cases = sys.argv[1], json.loads(sys.argv[2])
+out = []
+for module, kwargs in cases:
+    cls = importlib.import_module('%s.server.%s' % (package, module)).WSGIServer
+    try:
+        cls(None, **kwargs)
+        out.append(None)
+    except (TypeError, ValueError) as exc:
+        out.append([type(exc).__name__, str(exc)])
+print(json.dumps(out))
+'''
+
+
+def constructor_outcomes(impl):
+    proc = subprocess.run([sys.executable, '-c', KWARGS_SCRIPT, impl, json.dumps(KWARGS_CASES)],
+                          capture_output=True, cwd=d.ROOT, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=d.ROOT))
+    assert proc.returncode == 0, proc.stderr.decode()
+    return json.loads(proc.stdout)
+
+
+def test_constructor_kwargs_raise_the_same_errors():
+    """The same TypeError/ValueError (ValueError with flup's message) for the same keyword
+    arguments, and silence where flup accepts them (fcgi_single ignores any)."""
+    results = {impl: constructor_outcomes(impl) for impl in d.IMPLS}
+    for (module, kwargs), flup, ours in zip(KWARGS_CASES, results['flup'], results['flupfast']):
+        what = '%s.WSGIServer(None, **%r)' % (module, kwargs)
+        if flup is None or ours is None:
+            assert flup == ours, what
+        else:
+            assert flup[0] == ours[0], (what, flup, ours)
+            if flup[0] == 'ValueError':
+                assert flup[1] == ours[1], what
+
+
+# ------------------------------------------------------------------------------------------
+# One-shot processes: CGI, the debug page, bind failures
+
+CGI_ENV = {'GATEWAY_INTERFACE': 'CGI/1.1', 'REQUEST_METHOD': 'GET', 'SCRIPT_NAME': '/cgi',
+           'PATH_INFO': '/', 'QUERY_STRING': '', 'SERVER_NAME': 'localhost',
+           'SERVER_PORT': '80', 'SERVER_PROTOCOL': 'HTTP/1.1'}
+
+
+@differs('cgi-detection')
+def test_fcgi_script_run_as_cgi():
+    """A FastCGI script started as plain CGI (stdin is not a socket): flup crashes with
+    ENOTSOCK on Python >= 3.8; flupfast answers the request on stdout."""
+    results = {impl: d.run_once(impl, ['--protocol', 'fcgi', d.PROBE], env=CGI_ENV)
+               for impl in d.IMPLS}
+    flup, ours = results['flup'], results['flupfast']
+    assert flup.returncode != 0 and b'OSError' in flup.stderr and not flup.stdout
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.startswith(b'Status: 200 OK\r\n') and ours.stdout.endswith(probe.HELLO)
+
+
+@differs('debug-page-cgitb')
+def test_debug_page_over_cgi():
+    """debug=True and an app that raises, in forced CGI mode (one request, no server): a 500
+    HTML page with the traceback. flup builds it with cgitb, gone in Python 3.13, where its
+    request dies without an answer."""
+    env = dict(CGI_ENV, PATH_INFO='/error', FCGI_FORCE_CGI='Y',
+               PYTHONWARNINGS='ignore::DeprecationWarning')
+    results = {impl: d.run_once(impl, ['--protocol', 'fcgi', '--kwargs', '{"debug": true}',
+                                       d.PROBE], env=env) for impl in d.IMPLS}
+    ours = results['flupfast']
+    assert ours.stdout.startswith(b'Status: 500 Internal Server Error\r\nContent-Type: text/html')
+    assert b'RuntimeError' in ours.stdout
+    flup = results['flup']
+    if sys.version_info >= (3, 13):
+        assert b'ModuleNotFoundError' in flup.stderr and not flup.stdout
+    else:
+        assert flup.stdout.startswith(
+            b'Status: 500 Internal Server Error\r\nContent-Type: text/html')
+        assert b'RuntimeError' in flup.stdout
+
+
+@pytest.mark.parametrize('protocol', ['scgi', 'ajp'])
+@differs('scgi-ajp-bind-failure')
+def test_bind_failure(protocol):
+    """The address is taken: flup's log call raises TypeError (e[1] on an OSError);
+    flupfast logs flup's intended line and run() returns False."""
+    with socket.socket() as taken:
+        taken.bind(('127.0.0.1', 0))
+        taken.listen(1)
+        args = ['--protocol', protocol, '--bind', '127.0.0.1:%d' % taken.getsockname()[1],
+                d.PROBE]
+        results = {impl: d.run_once(impl, args) for impl in d.IMPLS}
+    flup, ours = (results[impl].stderr.decode() for impl in d.IMPLS)
+    assert 'TypeError' in flup and 'run() returned' not in flup
+    assert 'Failed to bind socket (Address already in use), exiting' in ours
+    assert 'run() returned False' in ours and 'Traceback' not in ours
+
+
+@differs('ajp-ipv6-unix')
+def test_ajp_on_a_unix_socket(tmp_path):
+    """flup's AJP server binds IPv4 only: a Unix socket path fails; flupfast listens on it."""
+    backends = {impl: d.Backend(impl, 'ajp', 'thread', tmp_path,
+                                bind=str(tmp_path / ('%s.sock' % impl))) for impl in d.IMPLS}
+    try:
+        started = {impl: backend.wait_started() for impl, backend in backends.items()}
+        assert started == {'flup': False, 'flupfast': True}
+        assert 'Traceback' in backends['flup'].log()
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(d.IO_TIMEOUT)
+            sock.connect(backends['flupfast'].address)
+            sock.sendall(ajp_client.CPING)
+            assert sock.recv(16) == b'AB\x00\x01\x09'
+    finally:
+        for backend in backends.values():
+            backend.stop()
+
+
+@differs('scgi-allowed-servers-ipv6')
+def test_scgi_allowed_servers_checks_ipv6(tmp_path):
+    """allowedServers=['127.0.0.1'] and a peer on ::1: flup admits it (any address that is
+    not a 2-tuple passes), flupfast refuses it with flup's warning."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe_sock:
+            probe_sock.bind(('::1', 0))
+    except OSError:
+        pytest.skip('no IPv6 loopback')
+    pair = {impl: d.Backend(impl, 'scgi', 'thread', tmp_path, bind='::1') for impl in d.IMPLS}
+    try:
+        for backend in pair.values():
+            backend.wait_ready()
+        results = on_both(pair, lambda b: b.request('/', timeout=5))
+        flup, ours = deviates('scgi-allowed-servers-ipv6', results)
+        assert flup.status == 200 and ours in NO_ANSWER
+        assert d.wait_until(lambda: 'Server connection from ::1 disallowed'
+                            in pair['flupfast'].log(), 5)
+    finally:
+        for backend in pair.values():
+            backend.stop()
+
+
+# ------------------------------------------------------------------------------------------
+# The list itself
+
+def test_every_known_difference_is_shown_or_excused():
+    """Each compat/known_differences.py key is named by a scenario here (@differs) or is in
+    NOT_DIFFERENTIAL with the reason no scenario can show it; keys are unique."""
+    keys = [difference.key for difference in DIFFERENCES]
+    assert len(keys) == len(set(keys))
+    assert set(NOT_DIFFERENTIAL) <= set(keys)
+    assert not set(NOT_DIFFERENTIAL) & set(d.REFERENCED), 'both excused and shown'
+    missing = set(keys) - set(d.REFERENCED) - set(NOT_DIFFERENTIAL)
+    assert not missing, 'known differences no scenario shows: %s' % sorted(missing)
+    assert all(reason.strip() for reason in NOT_DIFFERENTIAL.values())

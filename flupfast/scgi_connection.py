@@ -92,7 +92,11 @@ class SCGIConnection(LoggedConnection):
 
     def _read_header(self):
         """The header netstring: (environ, content_length, body bytes received with it)."""
-        data = self.recv_some()
+        self.idle = True  # no request byte yet: a single-mode stop may end the wait
+        try:
+            data = self.recv_some()
+        finally:
+            self.idle = False
         if not data:
             raise EOFError  # closed before a request: a health check, not an error
         decoded = _impl.decode_scgi_request(data)
