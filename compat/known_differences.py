@@ -31,6 +31,23 @@ DIFFERENCES = [
         'maxwrite = 65536 (records of 65528 bytes), headers and first body bytes in one send',
         'eight times fewer records and syscalls; a subclass may still set maxwrite = 8192'),
     Difference(
+        'fastcgi-nagle', 'fcgi_base.py:520-536',
+        'sends each record as header, content and padding in three send() calls, without '
+        'TCP_NODELAY: about 40 ms per response on a kept TCP connection (Nagle and delayed ACK)',
+        'TCP_NODELAY on TCP peers; a response\'s records, END_REQUEST included, in one sendmsg',
+        'nginx fastcgi_keep_conn and Apache enablereuse=on are the fast configurations'),
+    Difference(
+        'fastcgi-multiplexed-input', 'fcgi_base.py:250-274, :904-909',
+        'multiplexed=True reads every STDIN record into memory as it arrives, however slowly '
+        'the app reads, then shrinks the buffer by copying it (quadratic)',
+        'holds a multiplexed body in memory up to 1 MiB, then in an anonymous temporary file',
+        'memory stays flat for a large upload'),
+    Difference(
+        'fastcgi-multiplexed-overloaded', 'fcgi_base.py:891-895',
+        'when a thread for a multiplexed request cannot start, raises NameError (thread.error)',
+        'answers END_REQUEST(FCGI_OVERLOADED) and logs it, as flup means to',
+        'what flup means to do'),
+    Difference(
         'cgi-detection', 'fcgi_base.py:1025',
         'crashes with OSError(ENOTSOCK) on Python >= 3.8 when run as plain CGI',
         'detects CGI and serves the request; CGI stdin is binary and bounded by CONTENT_LENGTH',
@@ -47,10 +64,22 @@ DIFFERENCES = [
         'readline(size) returns at most size bytes, -1/None mean no limit, read(None) reads all',
         'io semantics that multipart parsers rely on'),
     Difference(
+        'linear-streams', 'fcgi_base.py:136-141, :175-204, :291-302; ajp_base.py:583-594',
+        'joins its input buffer on every record while readline() looks for a newline, and '
+        'slices a large response by copying the rest each time: both quadratic (3 s for a '
+        '20 MB line, 22 s for a 40 MB response)',
+        'reads and frames through memoryviews: linear',
+        'multipart parsers call readline() on binary file parts'),
+    Difference(
         'wsgi-errors-tee-bytes', 'fcgi_base.py:1088',
         'with bindAddress set, writing bytes to wsgi.errors raises TypeError',
         'accepts bytes and str',
         'bytes are valid for FCGI_STDERR'),
+    Difference(
+        'start-response-checks', 'fcgi_base.py:1111-1164 (and scgi_base, ajp_base)',
+        'checks status and headers with assert statements, which python -O removes',
+        'raises the same AssertionErrors with the same messages, also under -O',
+        'an app must not emit a malformed response because the interpreter runs optimised'),
     Difference(
         'prefork-pool-growth', 'preforkserver.py:184',
         'compares the status byte with a str: the pool never grows past maxSpare',
@@ -67,6 +96,12 @@ DIFFERENCES = [
         'counts connections against maxRequests (a kept FastCGI connection is unlimited)',
         'counts requests',
         'recycling must work behind fastcgi_keep_conn'),
+    Difference(
+        'prefork-sock-timeout', 'preforkserver.py:133',
+        'passes sockTimeout to setblocking() on the listening socket: any non-zero value just '
+        'makes it blocking',
+        'uses it as the timeout of each accepted socket (0: blocking), as documented',
+        'what the docstring says'),
     Difference(
         'scgi-bounded-input', 'scgi_base.py:265-269',
         'hands the app the socket file: read(), readline() or iteration past the body waits '
@@ -150,6 +185,13 @@ DIFFERENCES = [
         'joins them with ", " (a repeated Content-Length is rejected)',
         'RFC 9110 5.3; the last value alone loses data'),
     Difference(
+        'ajp-null-strings', 'ajp_base.py:164-174',
+        'decodes a null string (length 0xFFFF) as "", so a header or attribute sent as null '
+        'appears in environ with an empty value',
+        'leaves such a header or attribute out of environ; the five fixed request fields '
+        '(protocol, URI, remote address and host, server name) stay "" as in flup',
+        'null means "not sent" in AJP13; an empty REMOTE_USER is not an absent one'),
+    Difference(
         'ajp-strict-packets', 'ajp_base.py:170-215, :670-730',
         'accepts a Content-Length int() accepts ("+5", " 5", "1_0"), skips string NULs '
         'unchecked and ignores bytes after the attribute list',
@@ -172,6 +214,11 @@ DIFFERENCES = [
         'server closes it',
         'ends idle connections\' waits and returns within a second',
         'mod_fcgid and service managers expect SIGTERM to stop the process'),
+    Difference(
+        'threadpool-job-exceptions', 'threadpool.py:134-139',
+        'swallows any exception a job raises, silently',
+        'logs it with its traceback and keeps the worker',
+        'a FastCGI connection that dies of an unexpected error should leave a trace'),
     Difference(
         'single-mode-stop-idle', 'singleserver.py:88-93',
         'a SIGTERM while a persistent connection (AJP, FastCGI KEEP_CONN) is open waits '
