@@ -795,7 +795,8 @@ def signalled(request, tmp_path_factory):
             os.kill(backend.pid, signum)
         ours = [b for b in backends.values() if b.impl == 'flupfast']
         d.wait_until(lambda: not any(b.alive() for b in ours), d.STOP_GRACE)
-        time.sleep(1.0)  # flup gets as long as we took, and a second more
+        # flup polls its flags once a second: it gets as long as we took, and 3 s more.
+        d.wait_until(lambda: not any(b.alive() for b in backends.values()), 3.0)
         stages = [(ON_SIGNAL, None)]
         if kept:
             stages.append((AFTER_PEER_CLOSED, lambda key, b: conns[key].close()))
@@ -870,7 +871,7 @@ def test_prefork_pool_grows_under_load(pair):
             answers = [pool.submit(backend.request, '/sleep?ms=2500', timeout=30)
                        for _ in range(4)]
             most = 0
-            deadline = time.monotonic() + 2.0  # within the first request's sleep
+            deadline = time.monotonic() + 2.3  # within the requests' sleep
             while time.monotonic() < deadline and most < 4:
                 most = max(most, len(backend.children()))
                 time.sleep(0.05)
@@ -1077,3 +1078,26 @@ def test_every_known_difference_is_shown_or_excused():
     missing = set(keys) - set(d.REFERENCED) - set(NOT_DIFFERENTIAL)
     assert not missing, 'known differences no scenario shows: %s' % sorted(missing)
     assert all(reason.strip() for reason in NOT_DIFFERENTIAL.values())
+
+
+@differs('prefork-signals')
+def test_prefork_sigusr1(tmp_path):
+    """SIGUSR1 asks a prefork server to replace its children. flup's parent crashes with a
+    TypeError at its next wake-up (it sends a str to a socket); flupfast replaces the
+    children and serves on."""
+    pair = d.start_pair('fcgi', 'fork', tmp_path)
+    try:
+        before = {impl: set(b.children()) for impl, b in pair.items()}
+        for backend in pair.values():
+            os.kill(backend.pid, signal.SIGUSR1)
+        for backend in pair.values():
+            backend.poke()  # wakes flup's parent, which then crashes
+        flup, ours = pair['flup'], pair['flupfast']
+        assert flup.wait_exit(d.STOP_GRACE) is not None
+        assert 'TypeError' in flup.log()
+        assert d.wait_until(lambda: ours.children() and not set(ours.children()) & before[
+            'flupfast'], d.STOP_GRACE)
+        assert ours.alive() and ours.serves()
+    finally:
+        for backend in pair.values():
+            backend.stop()
