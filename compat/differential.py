@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from compat.known_differences import DIFFERENCES
 from tests import ajp_client, fcgi_client, scgi_client
 from tests.integration import flup_launcher
 from tests.integration.backend_process import ROOT, Server, free_port
+from tests.integration.test_modes import eventually, proc_children
 
 IMPLS = ('flup', 'flupfast')
 PROTOCOLS = ('fcgi', 'scgi', 'ajp')
@@ -129,14 +129,31 @@ def _socket(address, source=None, timeout=IO_TIMEOUT):
     return sock
 
 
-class FastCGIConnection:
-    protocol = 'fcgi'
+class _Connection:
+    """A client connection (``source``: the local address to connect from)."""
 
     def __init__(self, address, source=None, timeout=IO_TIMEOUT):
         self.sock = _socket(address, source, timeout)
 
     def send(self, data):
         self.sock.sendall(data)
+
+    def at_eof(self, timeout=IO_TIMEOUT):
+        """True when the server closed this connection (within ``timeout``)."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1 << 16) == b''
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def close(self):
+        self.sock.close()
+
+
+class FastCGIConnection(_Connection):
+    protocol = 'fcgi'
 
     def read(self, request_id=1):
         """The answer to ``request_id``: an Answer (``end``: END_REQUEST's (app, protocol)
@@ -163,22 +180,9 @@ class FastCGIConnection:
                                             keep_conn=keep_conn, request_id=request_id))
         return self.read(request_id)
 
-    def at_eof(self, timeout=IO_TIMEOUT):
-        """True when the server closed this connection (within ``timeout``)."""
-        return _at_eof(self.sock, timeout)
 
-    def close(self):
-        self.sock.close()
-
-
-class SCGIConnection:
+class SCGIConnection(_Connection):
     protocol = 'scgi'
-
-    def __init__(self, address, source=None, timeout=IO_TIMEOUT):
-        self.sock = _socket(address, source, timeout)
-
-    def send(self, data):
-        self.sock.sendall(data)
 
     def read(self):
         """The answer read to EOF (SCGI closes after one), CLOSED, RESET or HUNG."""
@@ -198,22 +202,13 @@ class SCGIConnection:
         self.send(scgi_client.request_bytes(uri, method=method, body=body, extra=extra, **kw))
         return self.read()
 
-    def at_eof(self, timeout=IO_TIMEOUT):
-        return _at_eof(self.sock, timeout)
 
-    def close(self):
-        self.sock.close()
-
-
-class AJPConnection:
+class AJPConnection(_Connection):
     protocol = 'ajp'
 
-    def __init__(self, address, source=None, timeout=IO_TIMEOUT):
+    def __init__(self, address, source=None, timeout=IO_TIMEOUT):  # the WebServer connects
         self.web = ajp_client.WebServer(address, timeout=timeout, source=source)
         self.sock = self.web.sock
-
-    def send(self, data):
-        self.sock.sendall(data)
 
     def exchange(self, wire, rest=b''):
         """The Response of tests/ajp_client.py as an Answer (``reuse``: END_RESPONSE's flag;
@@ -243,22 +238,6 @@ class AJPConnection:
                                         attributes=attributes, **kw)
         return self.exchange(wire, body[chunk:])
 
-    def at_eof(self, timeout=IO_TIMEOUT):
-        return _at_eof(self.sock, timeout)
-
-    def close(self):
-        self.web.close()
-
-
-def _at_eof(sock, timeout):
-    sock.settimeout(timeout)
-    try:
-        return sock.recv(1 << 16) == b''
-    except socket.timeout:
-        return False
-    except ConnectionResetError:
-        return True
-
 
 CONNECTIONS = {'fcgi': FastCGIConnection, 'scgi': SCGIConnection, 'ajp': AJPConnection}
 
@@ -267,19 +246,8 @@ CONNECTIONS = {'fcgi': FastCGIConnection, 'scgi': SCGIConnection, 'ajp': AJPConn
 # Servers
 
 def children_of(pid):
-    """PIDs of the live processes whose parent is ``pid``."""
-    found = []
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open('/proc/%s/stat' % entry) as stat:
-                    data = stat.read()
-            except OSError:
-                continue
-            fields = data[data.rindex(')') + 2:].split()
-            if int(fields[1]) == pid and fields[0] != 'Z':
-                found.append(int(entry))
-    return found
+    """PIDs of the live (not zombie) processes whose parent is ``pid``."""
+    return [child for child, state in proc_children(pid).items() if state != 'Z']
 
 
 class Backend:
@@ -458,11 +426,4 @@ def deviates(key, results):
     return results['flup'], results['flupfast']
 
 
-def wait_until(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
+wait_until = eventually  # poll ``predicate`` until it is true or ``timeout`` seconds pass
