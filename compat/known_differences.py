@@ -31,6 +31,14 @@ DIFFERENCES = [
         'maxwrite = 65536 (records of 65528 bytes), headers and first body bytes in one send',
         'eight times fewer records and syscalls; a subclass may still set maxwrite = 8192'),
     Difference(
+        'fastcgi-strict-records', 'fcgi_base.py:381-407, :468-500, :793-807',
+        'ignores the version byte of a record, and decodes a name-value pair whose length runs '
+        'past its PARAMS record into a short value: both requests are served (the second with '
+        'default params and "missing FastCGI param" warnings)',
+        'closes the connection with a log line naming the fault ("unsupported FastCGI version '
+        '2", "name-value pair runs past the end of PARAMS")',
+        'a lenient parser hides broken peers and misreads the rest of the stream'),
+    Difference(
         'fastcgi-nagle', 'fcgi_base.py:520-536',
         'sends each record as header, content and padding in three send() calls, without '
         'TCP_NODELAY: about 40 ms per response on a kept TCP connection (Nagle and delayed ACK)',
