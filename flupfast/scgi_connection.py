@@ -10,7 +10,8 @@ import logging
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, RawOutputStream, request_deadline
+from flupfast.connection import (LoggedConnection, RawOutputStream, request_deadline,
+                                 server_stopping)
 from flupfast.gateway import is_peer_gone
 from flupfast.protocols.errors import SCGIError
 
@@ -94,7 +95,7 @@ class SCGIConnection(LoggedConnection):
         """The header netstring: (environ, content_length, body bytes received with it)."""
         self.idle = True  # no request byte yet: a single-mode stop may end the wait
         try:
-            data = self.recv_some()
+            data = b'' if server_stopping(self.server) else self.recv_some()
         finally:
             self.idle = False
         if not data:
