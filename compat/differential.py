@@ -61,6 +61,12 @@ def describe(key):
                                                   d.flupfast_does)
 
 
+def patience(backend):
+    """How long a scenario waits for an answer: HANG for flup, where a hang is a finding;
+    IO_TIMEOUT for flupfast, which must answer."""
+    return HANG if backend.impl == 'flup' else IO_TIMEOUT
+
+
 def flup_mode(protocol, mode):
     """flup has no SCGI or AJP single mode: its thread mode stands in (N/A otherwise)."""
     return 'thread' if protocol != 'fcgi' and mode == 'single' else mode

@@ -268,7 +268,7 @@ def test_upload(pair, mode):
     def scenario(backend):
         if protocol != 'scgi':
             return backend.request('/upload?mode=' + mode, method='POST', body=body)
-        conn = backend.connect(timeout=d.HANG)
+        conn = backend.connect(timeout=d.patience(backend))
         try:
             first = conn.request('/upload?mode=' + mode, method='POST', body=body)
             if first != HUNG:
@@ -494,7 +494,7 @@ def test_fcgi_params_split_across_records(pair):
     wire = (f.encode_begin_request(1) + f.encode_record(f.FCGI_PARAMS, 1, stream[:cut])
             + f.encode_record(f.FCGI_PARAMS, 1, stream[cut:]) + f.encode_record(f.FCGI_PARAMS, 1)
             + f.encode_record(f.FCGI_STDIN, 1))
-    results = on_both(pair, lambda b: fcgi_raw(b, wire, timeout=d.HANG))
+    results = on_both(pair, lambda b: fcgi_raw(b, wire, timeout=d.patience(b)))
     flup, ours = deviates('fastcgi-params-split', results)
     assert ours.json()['HTTP_X_SPLIT'] == 'value-across-records'
     assert not isinstance(flup, Answer) or flup.status != 200 or (
@@ -614,7 +614,7 @@ def test_scgi_malformed(pair, case):
 def ajp_conversation(backend, *steps):
     """Send each (wire, rest) on one connection; the list of outcomes, stopping at the first
     that is not an Answer."""
-    conn = backend.connect(timeout=d.HANG)
+    conn = backend.connect(timeout=d.patience(backend))
     out = []
     try:
         for wire, rest in steps:
@@ -677,7 +677,7 @@ def test_ajp_chunked_body(pair):
         attributes=[('query_string', 'mode=read')])) + ajp_client.body_packet(data[:8000])
 
     def scenario(backend):
-        conn = backend.connect(timeout=d.HANG)
+        conn = backend.connect(timeout=d.patience(backend))
         try:
             conn.send(wire)
             # Our side answers GET_BODY_CHUNKs with the rest, then the empty chunk.
