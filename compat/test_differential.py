@@ -559,6 +559,29 @@ GOOD = [(b'CONTENT_LENGTH', b'0'), (b'SCGI', b'1'), (b'REQUEST_METHOD', b'GET'),
         (b'REQUEST_URI', b'/'), (b'SCRIPT_NAME', b''), (b'SERVER_NAME', b'localhost'),
         (b'SERVER_PORT', b'80'), (b'SERVER_PROTOCOL', b'HTTP/1.1')]
 
+def check_malformed(pair, data, flup_does, key):
+    """Send ``data`` to both, then half-close. flupfast: no answer, exactly one "Protocol
+    error" log line and no traceback. flup, by ``flup_does``: 'closes' (no answer either),
+    'serves' (answers 200: the difference ``key``) or the name of the exception whose
+    traceback it logs. Both serve the next request."""
+    marks = {impl: backend.mark() for impl, backend in pair.items()}
+    results = on_both(pair, lambda b: b.exchange(data))
+    flup, ours = results['flup'], results['flupfast']
+    assert ours in NO_ANSWER
+    assert d.wait_until(lambda: 'Protocol error' in pair['flupfast'].log_since(
+        marks['flupfast']), 5)
+    log = pair['flupfast'].log_since(marks['flupfast'])
+    assert log.count('Protocol error') == 1 and 'Traceback' not in log
+    if flup_does == 'serves':
+        deviates(key, results)
+        assert isinstance(flup, Answer) and flup.status == 200
+    else:
+        assert flup in NO_ANSWER
+    if flup_does not in ('serves', 'closes'):
+        assert d.wait_until(lambda: flup_does in pair['flup'].log_since(marks['flup']), 5)
+    assert_still_serving(pair)
+
+
 # case -> (bytes, what flup does with them)
 SCGI_MALFORMED = {
     'http-request': (b'GET / HTTP/1.1\r\nHost: x\r\n\r\n', 'closes'),
@@ -589,23 +612,7 @@ def test_scgi_malformed(pair, case):
     line naming the fault and serves on. flup closes too, crashes the connection on a huge
     length, or serves what a strict parser rejects (leading zeros, signs, any header order,
     duplicates, a missing SCGI header)."""
-    data, flup_does = SCGI_MALFORMED[case]
-    marks = {impl: backend.mark() for impl, backend in pair.items()}
-    results = on_both(pair, lambda b: b.exchange(data))
-    flup, ours = results['flup'], results['flupfast']
-    assert ours in NO_ANSWER
-    assert d.wait_until(lambda: 'Protocol error' in pair['flupfast'].log_since(
-        marks['flupfast']), 5)
-    log = pair['flupfast'].log_since(marks['flupfast'])
-    assert log.count('Protocol error') == 1 and 'Traceback' not in log
-    if flup_does == 'serves':
-        deviates('scgi-netstring-strict', results)
-        assert isinstance(flup, Answer) and flup.status == 200
-    else:
-        assert flup in NO_ANSWER
-    if flup_does == 'MemoryError':
-        assert d.wait_until(lambda: 'MemoryError' in pair['flup'].log_since(marks['flup']), 5)
-    assert_still_serving(pair)
+    check_malformed(pair, *SCGI_MALFORMED[case], key='scgi-netstring-strict')
 
 
 # ------------------------------------------------------------------------------------------
@@ -741,23 +748,7 @@ def test_ajp_malformed(pair, case):
     """Bad AJP packets, then our half-close: flupfast closes the connection with one log line
     naming the fault and serves on; flup closes too, with a traceback for a method code past
     its table, or serves what a strict parser rejects."""
-    data, flup_does = AJP_MALFORMED[case]
-    marks = {impl: backend.mark() for impl, backend in pair.items()}
-    results = on_both(pair, lambda b: b.exchange(data))
-    flup, ours = results['flup'], results['flupfast']
-    assert ours in NO_ANSWER
-    assert d.wait_until(lambda: 'Protocol error' in pair['flupfast'].log_since(
-        marks['flupfast']), 5)
-    log = pair['flupfast'].log_since(marks['flupfast'])
-    assert log.count('Protocol error') == 1 and 'Traceback' not in log
-    if flup_does == 'serves':
-        deviates('ajp-strict-packets', results)
-        assert isinstance(flup, Answer) and flup.status == 200
-    else:
-        assert flup in NO_ANSWER
-    if flup_does == 'IndexError':
-        assert d.wait_until(lambda: 'IndexError' in pair['flup'].log_since(marks['flup']), 5)
-    assert_still_serving(pair)
+    check_malformed(pair, *AJP_MALFORMED[case], key='ajp-strict-packets')
 
 
 @over('ajp')
