@@ -385,6 +385,7 @@ class Backend:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        proc.stderr.close()
         return self.log()
 
 

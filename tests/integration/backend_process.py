@@ -18,9 +18,7 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def wait_connectable(address, proc, timeout=15, log=None):
-    """Wait until ``address`` accepts; ``log()`` gives the server's output when it exits (its
-    stderr pipe by default)."""
+def wait_connectable(address, proc, timeout=15):
     if isinstance(address, str):
         family = socket.AF_UNIX
     else:
@@ -28,8 +26,7 @@ def wait_connectable(address, proc, timeout=15, log=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError('server exited: %s' % (
-                log() if log else proc.stderr.read().decode()))
+            raise AssertionError('server exited: %s' % proc.stderr.read().decode())
         try:
             with socket.socket(family) as sock:
                 sock.connect(address)
@@ -44,8 +41,9 @@ class Server:
 
     ``command`` replaces the whole command line (``python -m flupfast`` + ``args`` by default);
     ``log_path`` sends stderr to that file instead of a pipe, so a long-lived, chatty server
-    cannot block on a full pipe, and ``log()`` can be read while it runs. ``wait=False``
-    returns at once; call ``wait_ready()`` later (to start several servers side by side).
+    cannot block on a full pipe, and ``log()`` can be read while it runs (``proc.stderr`` then
+    reads the file). ``wait=False`` returns at once; call ``wait_ready()`` later (to start
+    several servers side by side).
     """
 
     def __init__(self, args, address, env=None, script=None, command=None, log_path=None,
@@ -58,6 +56,7 @@ class Server:
         if log_path:
             with open(log_path, 'wb') as log_file:
                 self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=log_file)
+            self.proc.stderr = open(log_path, 'rb')  # what stop() returns: the log from its start
         else:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
         self.address = address
@@ -66,13 +65,11 @@ class Server:
 
     def wait_ready(self, timeout=15):
         try:
-            wait_connectable(self.address, self.proc, timeout,
-                             log=self.log if self.log_path else None)
+            wait_connectable(self.address, self.proc, timeout)
         except BaseException:
             self.proc.kill()  # never leave a server behind when it fails to start
             self.proc.wait(10)
-            if self.proc.stderr:
-                self.proc.stderr.close()
+            self.proc.stderr.close()
             raise
 
     def log(self):
@@ -89,8 +86,6 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(10)
                 raise AssertionError('server ignored SIGTERM for 10 s')
-        if self.log_path:
-            return self.log()
         return self.proc.stderr.read().decode()
 
 

@@ -67,8 +67,8 @@ MODULES = {
 
 def server_class(mode, protocol="fcgi", package="flup"):
     if package == "flupfast":  # flupfast also has scgi_single and ajp_single
-        suffix = {"thread": "", "fork": "_fork", "single": "_single"}[mode]
-        return importlib.import_module("flupfast.server.%s%s" % (protocol, suffix)).WSGIServer
+        from flupfast.__main__ import server_module
+        return importlib.import_module(server_module(protocol, mode)).WSGIServer
     try:
         module = MODULES[protocol, mode]
     except KeyError:
