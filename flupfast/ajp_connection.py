@@ -11,7 +11,7 @@ import logging
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, request_deadline
+from flupfast.connection import LoggedConnection, request_deadline, server_stopping
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
 from flupfast.protocols import ajp
@@ -212,7 +212,7 @@ class AJPConnection(LoggedConnection):
         while not self.closed:
             self.idle = True  # waiting for a request: a single-mode stop may end the wait
             try:
-                payload = self._next_packet()
+                payload = None if server_stopping(self.server) else self._next_packet()
             finally:
                 self.idle = False
             if payload is None:

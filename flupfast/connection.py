@@ -42,6 +42,12 @@ def _receive_buffer():
     return buf, _thread_state.recv_view
 
 
+def server_stopping(server):
+    """The server has been told to stop. A connection checks it as it goes idle: a single-mode
+    stop that came while it was still answering found it busy and left it running."""
+    return not getattr(server, '_keepGoing', True)
+
+
 class Connection:
     """What every protocol's connection shares: the socket, a reused receive buffer, a send
     queue that gathers buffers into one ``sendmsg``, and the lingering close.
@@ -490,7 +496,7 @@ class FastCGIConnection(Connection):
                 # Between requests (KEEP_CONN) a single-mode stop may end the wait.
                 self.idle = not self._requests
                 try:
-                    if not self._read_events():
+                    if (self.idle and server_stopping(self.server)) or not self._read_events():
                         return
                 finally:
                     self.idle = False

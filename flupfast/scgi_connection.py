@@ -10,7 +10,8 @@ import logging
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, RawOutputStream, request_deadline
+from flupfast.connection import (LoggedConnection, RawOutputStream, request_deadline,
+                                 server_stopping)
 from flupfast.gateway import is_peer_gone
 from flupfast.protocols.errors import SCGIError
 
@@ -92,7 +93,11 @@ class SCGIConnection(LoggedConnection):
 
     def _read_header(self):
         """The header netstring: (environ, content_length, body bytes received with it)."""
-        data = self.recv_some()
+        self.idle = True  # no request byte yet: a single-mode stop may end the wait
+        try:
+            data = b'' if server_stopping(self.server) else self.recv_some()
+        finally:
+            self.idle = False
         if not data:
             raise EOFError  # closed before a request: a health check, not an error
         decoded = _impl.decode_scgi_request(data)
