@@ -8,13 +8,14 @@ Log messages and levels are flup's (logger ``scgi-wsgi``), so a site's logging k
 import datetime
 import logging
 
-from flupfast import _impl
+from flupfast import _impl, fastlog
 from flupfast.body import ClientDisconnected
 from flupfast.connection import LoggedConnection, RawOutputStream, request_deadline
 from flupfast.gateway import is_peer_gone
 from flupfast.protocols.errors import SCGIError
 
 LoggerName = 'scgi-wsgi'
+_logger = logging.getLogger(LoggerName)
 
 
 class _BodySource:
@@ -53,16 +54,18 @@ class SCGIRequest:
         self.environ = environ
         self.stdin = input
         self.stdout = output
-        self.logger = logging.getLogger(LoggerName)
+        self.logger = _logger
 
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was
         sent yet (flup scgi_base.py:150-175)."""
         environ = self.environ
         logger = self.logger
-        logger.info('%s %s%s', environ['REQUEST_METHOD'], environ.get('SCRIPT_NAME', ''),
-                    environ.get('PATH_INFO', ''))
-        start = datetime.datetime.now()
+        fastlog.info(logger, '%s %s%s', environ['REQUEST_METHOD'],
+                     environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''))
+        debug = logger.isEnabledFor(logging.DEBUG)
+        if debug:
+            start = datetime.datetime.now()
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
@@ -75,7 +78,7 @@ class SCGIRequest:
                 logger.exception('Exception caught from handler')
                 if not self.stdout.dataWritten:
                     self._conn.server.error(self)
-        if logger.isEnabledFor(logging.DEBUG):
+        if debug:
             elapsed = datetime.datetime.now() - start
             logger.debug('%s %s%s done (%.3f secs)', environ['REQUEST_METHOD'],
                          environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''),
