@@ -142,6 +142,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     cdef epoll_event events[2]
     cdef int n, i, epfd, out_epfd
     cdef bint tcp = is_tcp(listen_sock)
+    cdef bint linux = policy._ACCEPT_GIVES_BLOCKING
     cdef bint limited = max_requests > 0
     cdef Py_ssize_t left = max_requests if limited else 0
     cdef Py_buffer board_view
@@ -200,7 +201,8 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 policy.logger.error("accept() failed in child %d: %s", os.getpid(), exc)
                 time.sleep(policy.ACCEPT_BACKOFF)
                 continue
-            client.settimeout(client_timeout)
+            if not (linux and client_timeout is None and client.gettimeout() is None):
+                client.settimeout(client_timeout)  # else already blocking: no ioctl
             if tcp:
                 set_nodelay(client)
             if not is_client_allowed(addr):  # before reporting busy, as flup (:409-411)

@@ -64,6 +64,9 @@ SPAWN_BACKOFF = 1.0
 # Pause after accept() fails for lack of fds/memory in a child (see single.ACCEPT_BACKOFF).
 ACCEPT_BACKOFF = 0.1
 
+# accept4() on Linux never passes the listening socket's O_NONBLOCK on (accept(2)).
+_ACCEPT_GIVES_BLOCKING = sys.platform.startswith("linux")
+
 # Sends to the parent must not raise SIGPIPE if the process has it at its default action.
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
 
@@ -213,8 +216,11 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             time.sleep(ACCEPT_BACKOFF)
             continue
         # Normalise blocking mode: the listening socket is non-blocking, and whether the
-        # accepted socket inherits that is OS-dependent.
-        client.settimeout(client_timeout)
+        # accepted socket inherits that is OS-dependent (Linux: never; there a blocking
+        # socket that should stay so costs no ioctl).
+        if not (_ACCEPT_GIVES_BLOCKING and client_timeout is None
+                and client.gettimeout() is None):
+            client.settimeout(client_timeout)
         if tcp:
             set_nodelay(client)
         # Checked before reporting busy, as flup (:409-411).
