@@ -202,14 +202,15 @@ def child_loop(request):
     return serve_child if request.param == 'py' else _compiled_serve_child()
 
 
-def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True, loop=serve_child):
+def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True, loop=serve_child,
+                   timeout=5.0, board=None):
     listen = ListenPair(tmp_path)
     parent, child = socket.socketpair()
     child.setblocking(False)
     CountingJob.seen_limits = []
     CountingJob.seen_timeouts = []
     thread = threading.Thread(target=loop, args=(
-        listen.sock, child, CountingJob, (b"ok",), allowed, max_requests, 5.0))
+        listen.sock, child, CountingJob, (b"ok",), allowed, max_requests, timeout, board))
     thread.start()
     return listen, parent, child, thread
 
@@ -283,18 +284,6 @@ def test_notify_parent_reports_a_gone_parent():
 
 # -- the scoreboard: children report in shared memory, waking the parent only when needed ------
 
-def _board_child(tmp_path, loop, board):
-    listen = ListenPair(tmp_path)
-    parent, child = socket.socketpair()
-    child.setblocking(False)
-    CountingJob.seen_limits = []
-    CountingJob.seen_timeouts = []
-    thread = threading.Thread(target=loop, args=(
-        listen.sock, child, CountingJob, (b"ok",), lambda addr: True, 0, None, board))
-    thread.start()
-    return listen, parent, child, thread
-
-
 def _wait_for(predicate):
     for _ in range(1000):
         if predicate():
@@ -310,7 +299,8 @@ def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
     shared[0] = STATUS_IDLE[0]  # a sibling idle: going busy leaves min_spare=1 idle
     shared[3] = SLOT_UNREPORTED
     board = ChildBoard(shared, 3, 1, 5)
-    listen, parent, child, thread = _board_child(tmp_path, child_loop, board)
+    listen, parent, child, thread = run_child_loop(tmp_path, 0, loop=child_loop, timeout=None,
+                                                   board=board)
     try:
         assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
         assert listen.request(2) == [b"ok\n", b"ok\n"]
