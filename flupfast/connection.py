@@ -25,6 +25,8 @@ from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
 logger = logging.getLogger('flupfast')
+# name -> logger: logging.getLogger takes the module's lock on every call.
+_loggers = {}
 
 _INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
 
@@ -130,7 +132,10 @@ class LoggedConnection(Connection):
         super().__init__(sock, addr)
         self.server = server
         self._timeout = timeout
-        self.logger = logging.getLogger(logger_name)
+        logger = _loggers.get(logger_name)
+        if logger is None:
+            logger = _loggers[logger_name] = logging.getLogger(logger_name)
+        self.logger = logger
         self.served = 0
 
     def _timed_out(self, message):
