@@ -4,11 +4,16 @@ flupfast/_speedups.pyx (with the flupfast/_cython/*.pxi it includes) holds compi
 pure-Python hot path. Where no C compiler works, the build installs pure Python and prints one
 notice line instead of failing. Cython errors are never swallowed: a broken .pyx fails the build.
 
+With FLUPFAST_SPEEDUPS asking for the compiled backend (``1``; the values of COMPILED_VALUES in
+flupfast/_impl.py) a failed compile fails the build instead: cibuildwheel sets it.
+
 The extension lives here rather than in ``[tool.setuptools] ext-modules``: setuptools calls that
 table experimental and warns about it on every build (an error under ``-W error``), and the
 fallback needs a build_ext subclass, which pyproject.toml cannot name.
 """
+import ast
 import os
+import re
 import sys
 
 from setuptools import Extension, setup
@@ -18,8 +23,17 @@ from setuptools.errors import CCompilerError, ExecError, PlatformError
 # What a missing or broken C toolchain raises (compile and link errors are CCompilerErrors).
 NO_COMPILER_ERRORS = (CCompilerError, ExecError, PlatformError)
 
-NOTICE = ("flupfast: no working C compiler (%s); installing the pure-Python backend "
-          "(set CC or install gcc and reinstall for the compiled one).\n")
+NOTICE = ("flupfast: the optional C extension did not build (%s); installing the pure-Python "
+          "backend. For the compiled one, reinstall with a working C compiler (CC).\n")
+
+
+def compiled_required():
+    """FLUPFAST_SPEEDUPS names one of flupfast/_impl.py's COMPILED_VALUES (read, not imported)."""
+    with open(os.path.join("flupfast", "_impl.py")) as source:
+        tree = ast.parse(source.read())
+    values = next(ast.literal_eval(node.value) for node in tree.body
+                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED_VALUES")
+    return os.environ.get("FLUPFAST_SPEEDUPS", "").strip().lower() in values
 
 
 class OptionalBuildExt(build_ext):
@@ -38,9 +52,14 @@ class OptionalBuildExt(build_ext):
             self.pure_python(exc)
 
     def pure_python(self, exc):
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if len(reason) > 100:
-            reason = reason[:97] + "..."
+        if compiled_required():
+            raise exc
+        compiler = (getattr(self.compiler, "compiler_so", None) or ["the C compiler"])[0]
+        status = re.search(r"exit (?:status|code) (\d+)", str(exc))
+        if status:
+            reason = "%s exited with status %s" % (compiler, status.group(1))
+        else:
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
         sys.stderr.write(NOTICE % reason)
         sys.stderr.flush()
 
@@ -50,6 +69,6 @@ setup(
                            depends=["flupfast/_cython/%s" % name
                                     for name in sorted(os.listdir("flupfast/_cython"))
                                     if name.endswith(".pxi")],
-                           optional=True)],
+                           optional=not compiled_required())],
     cmdclass={"build_ext": OptionalBuildExt},
 )
