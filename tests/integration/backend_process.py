@@ -85,7 +85,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-                raise AssertionError('server ignored SIGTERM for 10 s')
+                raise AssertionError('server ignored SIGTERM for 10 s') from None
         return self.proc.stderr.read().decode()
 
 

@@ -72,7 +72,7 @@ def server_class(mode, protocol="fcgi", package="flup"):
     try:
         module = MODULES[protocol, mode]
     except KeyError:
-        raise SystemExit("flup 1.0.3 has no %s server in %s mode" % (protocol, mode))
+        raise SystemExit("flup 1.0.3 has no %s server in %s mode" % (protocol, mode)) from None
     return importlib.import_module(module).WSGIServer
 
 

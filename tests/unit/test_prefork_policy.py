@@ -29,7 +29,7 @@ def simulate(limits, states, steps, rng):
         # The world moves: exiting children get reaped, others change state.
         for pid in [pid for pid, state in states.items() if state == EXITING]:
             del states[pid]
-        for pid, state in list(states.items()):
+        for pid, _state in list(states.items()):
             states[pid] = rng.choice((IDLE, BUSY))
 
 
