@@ -1,28 +1,73 @@
 # The prefork child's accept -> serve -> report loop, compiled twin of
 # flupfast/serving/prefork.py:serve_child (same signature, same behaviour).
 #
-# What it does in C: the wait (epoll_wait with EPOLLEXCLUSIVE on the shared listening socket, the
-# GIL released) and the one-byte status reports to the parent (send(2)). The accept itself stays
+# What it does in C: the wait (epoll_wait with EPOLLEXCLUSIVE on the shared listening socket, or
+# poll(2) where there is no epoll; the GIL released) and the one-byte status reports to the
+# parent (send(2)). The accept itself stays
 # Python's socket.accept(), which builds the address in Python's own format; the job is Python.
-
-cdef extern from "<sys/epoll.h>" nogil:
-    cdef union epoll_data_t "epoll_data":
-        int fd
-    cdef struct epoll_event:
-        unsigned int events
-        epoll_data_t data
-    int epoll_create1(int flags)
-    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
-    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout)
-    int EPOLL_CTL_ADD
-    int EPOLL_CLOEXEC
-    unsigned int EPOLLIN
-    unsigned int EPOLLOUT
 
 cdef extern from *:
     """
-    #include <sys/epoll.h>
     #include <sys/socket.h>
+    #if defined(__linux__) && !defined(FLUPFAST_NO_EPOLL)
+    #include <sys/epoll.h>
+    #else
+    /* No epoll (macOS, the BSDs; or forced with -DFLUPFAST_NO_EPOLL to test this on Linux): the
+       three calls serve_child makes, over poll(2). An "epoll fd" is a descriptor of /dev/null
+       that keys a set of at most FLUPFAST_POLL_SET descriptors (serve_child adds two). Every
+       child then wakes for a new connection, as flup's children do. */
+    #include <errno.h>
+    #include <fcntl.h>
+    #include <poll.h>
+    #include <stdint.h>
+    #include <unistd.h>
+    #define EPOLLIN POLLIN
+    #define EPOLLOUT POLLOUT
+    #define EPOLL_CTL_ADD 1
+    #define EPOLL_CLOEXEC O_CLOEXEC
+    typedef union epoll_data { void *ptr; int fd; uint32_t u32; uint64_t u64; } epoll_data_t;
+    struct epoll_event { uint32_t events; epoll_data_t data; };
+    #define FLUPFAST_POLL_SETS 1024
+    #define FLUPFAST_POLL_SET 4
+    static struct flupfast_poll_set {
+        int n;
+        struct pollfd fds[FLUPFAST_POLL_SET];
+        epoll_data_t data[FLUPFAST_POLL_SET];
+    } flupfast_poll_sets[FLUPFAST_POLL_SETS];
+    static int epoll_create1(int flags) {
+        int fd = open("/dev/null", O_RDONLY | flags);
+        if (fd >= FLUPFAST_POLL_SETS) { close(fd); errno = EMFILE; return -1; }
+        if (fd >= 0) flupfast_poll_sets[fd].n = 0;
+        return fd;
+    }
+    static int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event) {
+        struct flupfast_poll_set *set;
+        if (op != EPOLL_CTL_ADD || epfd < 0 || epfd >= FLUPFAST_POLL_SETS
+                || flupfast_poll_sets[epfd].n == FLUPFAST_POLL_SET) { errno = EINVAL; return -1; }
+        set = &flupfast_poll_sets[epfd];
+        set->fds[set->n].fd = fd;
+        set->fds[set->n].events = (short)event->events;
+        set->data[set->n] = event->data;
+        set->n++;
+        return 0;
+    }
+    static int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout) {
+        struct flupfast_poll_set *set;
+        int i, ready, out = 0;
+        if (epfd < 0 || epfd >= FLUPFAST_POLL_SETS) { errno = EBADF; return -1; }
+        set = &flupfast_poll_sets[epfd];
+        ready = poll(set->fds, (nfds_t)set->n, timeout);
+        if (ready <= 0) return ready;
+        for (i = 0; i < set->n && out < maxevents; i++) {
+            if (set->fds[i].revents) {
+                events[out].events = (uint32_t)set->fds[i].revents;
+                events[out].data = set->data[i];
+                out++;
+            }
+        }
+        return out;
+    }
+    #endif
     #ifndef EPOLLEXCLUSIVE
     #define EPOLLEXCLUSIVE 0
     #endif
@@ -30,6 +75,18 @@ cdef extern from *:
     #define MSG_NOSIGNAL 0
     #endif
     """
+    cdef union epoll_data_t "epoll_data":
+        int fd
+    cdef struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_create1(int flags) nogil
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event) nogil
+    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout) nogil
+    int EPOLL_CTL_ADD
+    int EPOLL_CLOEXEC
+    unsigned int EPOLLIN
+    unsigned int EPOLLOUT
     unsigned int EPOLLEXCLUSIVE
     int MSG_NOSIGNAL
     void __sync_synchronize() nogil
