@@ -392,10 +392,23 @@ Listen 127.0.0.1:{port}
 """
 
 
-class Apache:
-    """apache2 in the foreground from its own config; one Listen port per backend."""
+APACHE_STATIC_VHOST = """\
+Listen 127.0.0.1:{port}
+<VirtualHost 127.0.0.1:{port}>
+    DocumentRoot "{root}"
+    <Directory "{root}">
+        Require all granted
+    </Directory>
+</VirtualHost>
+"""
 
-    def __init__(self, workdir, backends, timeout):
+
+class Apache:
+    """apache2 in the foreground from its own config; one Listen port per backend, and with
+    ``static_root`` one more (``ports["static"]``) serving that directory's files: the
+    front's own cost (bench/fronts.py)."""
+
+    def __init__(self, workdir, backends, timeout, static_root=None):
         self.root = os.path.join(workdir, "apache")
         for sub in ("", "run", "logs"):
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
@@ -405,6 +418,9 @@ class Apache:
         vhosts = "".join(APACHE_VHOST.format(port=self.ports[key], backend=bport,
                                              timeout=int(timeout))
                          for key, bport in backends.items())
+        if static_root:
+            self.ports["static"] = free_port()
+            vhosts += APACHE_STATIC_VHOST.format(port=self.ports["static"], root=static_root)
         self.conf = os.path.join(self.root, "httpd.conf")
         with open(self.conf, "w") as f:
             f.write(APACHE_CONF.format(root=self.root, mods=APACHE_MODULES,
@@ -447,32 +463,38 @@ class Apache:
         return text.strip()
 
     def stop(self):
-        """SIGTERM to the parent's PID (it stops its children), then SIGKILL by PID."""
-        if self.proc is None:
-            return
-        proc = self.proc
-        if proc.poll() is None:
-            family = {p: (_proc_stat(p) or (0, 0, None))[2] for p in process_tree(proc.pid)}
+        stop_front(self, "apache2")
+
+
+def stop_front(front, name):
+    """Stop a web server started in the foreground (``front.proc``; notes go to
+    ``front.notes``): SIGTERM to the parent's PID (it stops its children), then SIGKILL by
+    PID, the parent's and then any child's that outlived it (start time checked)."""
+    if front.proc is None:
+        return
+    proc = front.proc
+    if proc.poll() is None:
+        family = {p: (_proc_stat(p) or (0, 0, None))[2] for p in process_tree(proc.pid)}
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(3 * STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            front.notes.append("%s did not exit within %.0f s of SIGTERM: SIGKILL"
+                               % (name, 3 * STOP_GRACE))
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(3 * STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                self.notes.append("apache2 did not exit within %.0f s of SIGTERM: SIGKILL"
-                                  % (3 * STOP_GRACE))
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        end = time.monotonic() + STOP_GRACE
+        for pid, started in family.items():
+            while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
+                time.sleep(0.05)
+            if (_proc_stat(pid) or (0, 0, None))[2] == started:
+                front.notes.append("%s process %d outlived its parent: SIGKILL" % (name, pid))
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-            end = time.monotonic() + STOP_GRACE
-            for pid, started in family.items():
-                while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    time.sleep(0.05)
-                if (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    self.notes.append("apache2 process %d outlived its parent: SIGKILL" % pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        self._log.close()
-        self.proc = None
+                    os.kill(pid, signal.SIGKILL)
+    front._log.close()
+    front.proc = None
 
 
 def http_request(port, method, uri, body=None, timeout=30.0, headers=()):

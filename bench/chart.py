@@ -1,0 +1,75 @@
+"""The benchmark's chart (PNG, matplotlib): hello requests/s behind the real fronts per
+server, and instructions per request (callgrind) per protocol. ``draw`` returns True, or why
+there is no chart (matplotlib missing, nothing measured)."""
+from bench.callgrind import PROTO_LABEL, PROTOCOLS
+from bench.fronts import GROUP_LABEL, VARIANT_LABEL
+
+COLORS = {"flup": "#9e9e9e", "uwsgi": "#e69f00", "pure": "#56b4e9", "compiled": "#0072b2",
+          "compiled_nokeep": "#7fb8d9"}
+
+
+def _front_series(results):
+    groups = (results.get("fronts") or {}).get("groups") or {}
+    keys = [k for k in GROUP_LABEL if k in groups]
+    variants = [v for v in VARIANT_LABEL if any(v in groups[k]["servers"] for k in keys)]
+    series = {}
+    for v in variants:
+        series[v] = [((groups[k]["servers"].get(v) or {}).get("hello") or {}).get("rps") or 0
+                     for k in keys]
+    return keys, series
+
+
+def draw(results, paths):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # any failure: no chart, said so
+        return "matplotlib is not importable (%s: pip install -e '.[bench]')" % exc
+    keys, series = _front_series(results)
+    cg = results.get("callgrind") or {}
+    protos = [p for p in PROTOCOLS if p in cg]
+    if not any(any(v) for v in series.values()) and not protos:
+        return "nothing to draw"
+    panels = int(bool(keys)) + int(bool(protos))
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.2), squeeze=False)
+    axes = list(axes[0])
+    m = results["survey"]["machine"]
+    if keys:
+        ax = axes.pop(0)
+        width = 0.8 / max(1, len(series))
+        for i, (v, vals) in enumerate(series.items()):
+            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(keys))]
+            ax.bar(xs, vals, width, label=VARIANT_LABEL[v], color=COLORS.get(v))
+            for x, val in zip(xs, vals):
+                if not val:
+                    ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels([GROUP_LABEL[k].replace(", ", "\n") for k in keys], fontsize=8)
+        ax.set_ylabel("hello requests/s (higher is better)")
+        ax.set_title("Behind nginx 1.22 / Apache 2.4, 16 connections", fontsize=10)
+        ax.legend(fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    if protos:
+        ax = axes.pop(0)
+        kinds = [k for k in ("flup", "pure", "compiled")
+                 if any("per_request" in cg[p].get(k, {}) for p in protos)]
+        width = 0.8 / max(1, len(kinds))
+        for i, k in enumerate(kinds):
+            vals = [cg[p].get(k, {}).get("per_request", 0) / 1000 for p in protos]
+            xs = [j + (i - (len(kinds) - 1) / 2) * width for j in range(len(protos))]
+            ax.bar(xs, vals, width, label=VARIANT_LABEL[k], color=COLORS[k])
+        ax.set_xticks(range(len(protos)))
+        ax.set_xticklabels([PROTO_LABEL[p].replace(", ", "\n") for p in protos], fontsize=8)
+        ax.set_ylabel("thousand instructions per request (lower is better)")
+        ax.set_title("callgrind, hello, start-up subtracted", fontsize=10)
+        ax.legend(fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("flupfast vs flup 1.0.3 and uWSGI (%s run %s; %d CPUs, load %s)" % (
+        "quick" if results["config"]["quick"] else "full", results["started"][:16],
+        m["nproc"], m["loadavg_at_start"]), fontsize=9)
+    fig.tight_layout()
+    for path in paths:
+        fig.savefig(str(path), dpi=110)
+    plt.close(fig)
+    return True
