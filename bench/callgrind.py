@@ -87,29 +87,12 @@ def count_instructions(kind, proto, requests, client, workdir):
     return {"instructions": int(m.group(1)), "requests": requests}
 
 
-def per_request(kind, proto, n, client, workdir):
-    """Instructions per request from a run with N and one with 2N requests, run at the same
-    time (two servers; valgrind runs each on one core, and the counts do not depend on the
-    clock)."""
-    found = {}
-    if proto == "fcgi":   # the request file, written before the two threads use it
-        client.request("hello", "/")
-    else:
-        protocols.hello_request(client, proto)
-
-    def one_run(count):
-        found[count] = count_instructions(kind, proto, count, client, workdir)
-
-    other = threading.Thread(target=one_run, args=(2 * n,))
-    other.start()
-    try:
-        one_run(n)
-    finally:
-        other.join()
-    one, two = found[n], found[2 * n]
+def per_request(one, two):
+    """Instructions per request from a run with N and one with 2N requests."""
     for r in (one, two):
         if "error" in r:
             return r
+    n = one["requests"]
     diff = two["instructions"] - one["instructions"]
     return {"n": n, "instructions_n": one["instructions"],
             "instructions_2n": two["instructions"],
@@ -117,21 +100,40 @@ def per_request(kind, proto, n, client, workdir):
             "startup_and_shutdown": one["instructions"] - diff}
 
 
-def run_callgrind(kinds, protocols, n, client, workdir, results):
-    """Fill results["callgrind"][proto][kind]; a missing valgrind is said per row."""
+def run_callgrind(kinds, protocols_, n, client, workdir, results):
+    """Fill results["callgrind"][proto][kind]; a missing valgrind is said per row. The runs
+    of one protocol (each kind, N and 2N) go at once: valgrind runs each on one core, the
+    counts do not depend on the clock, and the start-up under valgrind is what takes time."""
     out = results.setdefault("callgrind", {"n": n})
-    for proto in protocols:
+    for proto in protocols_:
         row = out.setdefault(proto, {})
-        for kind in kinds:
-            if not VALGRIND:
+        if not VALGRIND:
+            for kind in kinds:
                 row[kind] = {"error": "not run: valgrind is not installed "
                                       "(apt-get install valgrind)"}
-                continue
-            log("callgrind, %s, %s, N=%d and 2N" % (PROTO_LABEL[proto], KIND_LABEL[kind], n))
-            r = per_request(kind, proto, n, client, workdir)
-            row[kind] = r
-            log("    %s" % (("%d instructions per request" % r["per_request"])
-                            if "per_request" in r else r["error"]))
+            continue
+        log("callgrind, %s: %s, N=%d and 2N, all at once" % (
+            PROTO_LABEL[proto], ", ".join(KIND_LABEL[k] for k in kinds), n))
+        if proto == "fcgi":   # the request file, written before the threads use it
+            client.request("hello", "/")
+        else:
+            protocols.hello_request(client, proto)
+        found = {}
+
+        def one_run(kind, count):
+            found[kind, count] = count_instructions(kind, proto, count, client, workdir)
+
+        threads = [threading.Thread(target=one_run, args=(kind, count))
+                   for kind in kinds for count in (n, 2 * n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for kind in kinds:
+            r = row[kind] = per_request(found[kind, n], found[kind, 2 * n])
+            log("    %-18s %s" % (KIND_LABEL[kind], ("%d instructions per request"
+                                                     % r["per_request"])
+                                  if "per_request" in r else r["error"]))
     return out
 
 

@@ -41,10 +41,10 @@ HELLO_RUNS = (("new", 0, False), ("keep", 0, True), ("new_1conn", 1, False),
               ("keep_1conn", 1, True))
 HELLO_LABELS = {"new": "new connection per request", "keep": "KEEP_CONN",
                 "new_1conn": "new connection per request", "keep_1conn": "KEEP_CONN"}
-# All parts, and what --quick runs (under 3 minutes): the fronts, FastCGI's instruction count
-# and the direct FastCGI hello.
+# All parts, and what --quick runs (under 3 minutes): the fronts and FastCGI's instruction
+# counts.
 PARTS = ("fronts", "callgrind", "hello", "upload", "download", "syscalls", "scgi", "ajp")
-QUICK_PARTS = ("fronts", "callgrind", "hello")
+QUICK_PARTS = ("fronts", "callgrind")
 KIND_LABEL = {"flup": "flup 1.0.3", "pure": "flupfast pure", "compiled": "flupfast compiled"}
 
 # Every wait is bounded by one of these.
@@ -1043,8 +1043,7 @@ class Config:
         self.flup_full_download_timeout = args.flup_full_timeout
         self.modes = args.modes.split(",")
         # SCGI and AJP rows (bench/protocols.py)
-        self.proto_levels = args.log_levels.split(",") if args.log_levels else (
-            ["INFO"] if quick else ["INFO", "WARNING"])
+        self.proto_levels = args.log_levels.split(",") if args.log_levels else ["INFO"]
         self.proto_duration = args.duration or (1.0 if quick else 3.0)
         # flup's AJP upload costs ~40 ms per body packet (Nagle): measured at these sizes
         # (MiB) and extrapolated to --upload-mib; a run longer than flup_ajp_timeout is cut.
@@ -1101,8 +1100,8 @@ def main(argv=None):
                         "FastCGI hello,upload,download,syscalls; scgi; ajp (default: all; "
                         "--quick: %s)" % ",".join(QUICK_PARTS))
     parser.add_argument("--log-levels", default="",
-                        help="SCGI/AJP servers' log levels (default: INFO in --quick, "
-                        "INFO,WARNING in the full run)")
+                        help="direct SCGI/AJP servers' log levels (default INFO, as flup "
+                        "runs by default; e.g. INFO,WARNING; the fronts run at WARNING)")
     parser.add_argument("--groups", default="",
                         help="fronts: which of fcgi-thread,fcgi-fork,scgi-fork,ajp-thread")
     parser.add_argument("--callgrind-n", type=int, default=0,
