@@ -19,6 +19,24 @@ def _front_series(results):
     return keys, series
 
 
+def _bars(ax, labels, series, ylabel, title):
+    """Grouped bars: one group per label, one bar per series {name: (values, color)}; a
+    missing value (0) is marked n/a."""
+    width = 0.8 / max(1, len(series))
+    for i, (name, (vals, color)) in enumerate(series.items()):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(labels))]
+        ax.bar(xs, vals, width, label=name, color=color)
+        for x, val in zip(xs, vals):
+            if not val:
+                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels([label.replace(", ", "\n") for label in labels], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+
+
 def draw(results, paths):
     try:
         import matplotlib
@@ -36,35 +54,18 @@ def draw(results, paths):
     axes = list(axes[0])
     m = results["survey"]["machine"]
     if keys:
-        ax = axes.pop(0)
-        width = 0.8 / max(1, len(series))
-        for i, (v, vals) in enumerate(series.items()):
-            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(keys))]
-            ax.bar(xs, vals, width, label=VARIANT_LABEL[v], color=COLORS.get(v))
-            for x, val in zip(xs, vals):
-                if not val:
-                    ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
-        ax.set_xticks(range(len(keys)))
-        ax.set_xticklabels([GROUP_LABEL[k].replace(", ", "\n") for k in keys], fontsize=8)
-        ax.set_ylabel("hello requests/s (higher is better)")
-        ax.set_title("Behind nginx 1.22 / Apache 2.4, 16 connections", fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(axis="y", alpha=0.3)
+        _bars(axes.pop(0), [GROUP_LABEL[k] for k in keys],
+              {VARIANT_LABEL[v]: (vals, COLORS.get(v)) for v, vals in series.items()},
+              "hello requests/s (higher is better)",
+              "Behind nginx 1.22 / Apache 2.4, 16 connections")
     if protos:
-        ax = axes.pop(0)
         kinds = [k for k in ("flup", "pure", "compiled")
                  if any("per_request" in cg[p].get(k, {}) for p in protos)]
-        width = 0.8 / max(1, len(kinds))
-        for i, k in enumerate(kinds):
-            vals = [cg[p].get(k, {}).get("per_request", 0) / 1000 for p in protos]
-            xs = [j + (i - (len(kinds) - 1) / 2) * width for j in range(len(protos))]
-            ax.bar(xs, vals, width, label=VARIANT_LABEL[k], color=COLORS[k])
-        ax.set_xticks(range(len(protos)))
-        ax.set_xticklabels([PROTO_LABEL[p].replace(", ", "\n") for p in protos], fontsize=8)
-        ax.set_ylabel("thousand instructions per request (lower is better)")
-        ax.set_title("callgrind, hello, start-up subtracted", fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(axis="y", alpha=0.3)
+        _bars(axes.pop(0), [PROTO_LABEL[p] for p in protos],
+              {VARIANT_LABEL[k]: ([cg[p].get(k, {}).get("per_request", 0) / 1000
+                                   for p in protos], COLORS[k]) for k in kinds},
+              "thousand instructions per request (lower is better)",
+              "callgrind, hello, start-up subtracted")
     fig.suptitle("flupfast vs flup 1.0.3 and uWSGI (%s run %s; %d CPUs, load %s)" % (
         "quick" if results["config"]["quick"] else "full", results["started"][:16],
         m["nproc"], m["loadavg_at_start"]), fontsize=9)

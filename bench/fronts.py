@@ -29,7 +29,6 @@ transfers, servers stopped by PID); a backend that dies during its runs is repor
 """
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -543,56 +542,43 @@ def _transfer_size(group, variant, what, cfg):
     return cfg.front_transfer_size
 
 
+def _http(port, method, path, body, timeout):
+    """(dict with the error, or None), (status, head, answer, seconds)."""
+    try:
+        return None, protocols.http_request(port, method, path, body, timeout=timeout)
+    except OSError as exc:
+        timed_out = isinstance(exc, socket.timeout)
+        return {"error": "no answer within %.0f s (timeout)" % timeout if timed_out
+                else repr(exc), "timed_out": timed_out}, None
+
+
 def upload_once(port, size, body, expect, check, timeout):
     """One POST of ``body`` to /upload; -> dict (seconds, check: "ok" or what is wrong)."""
-    one = {"check_mode": check}
-    try:
-        status, _, answer, secs = protocols.http_request(
-            port, "POST", "/upload?mode=read65536&check=%s" % check, body, timeout=timeout)
-    except OSError as exc:
-        one["error"] = ("no answer within %.0f s (timeout)" % timeout
-                        if isinstance(exc, socket.timeout) else repr(exc))
-        one["timed_out"] = isinstance(exc, socket.timeout)
-        return one
-    one["seconds"] = round(secs, 4)
-    try:
-        app = json.loads(answer)
-    except ValueError:
-        app = None
-    if status != 200 or not app:
-        one["check"] = "status %d: %r" % (status, answer[:120])
-    elif app["length"] != size:
-        one["check"] = "length %d != %d" % (app["length"], size)
-    elif app["pieces"] != -(-size // 65536) or app.get("violations"):
-        one["check"] = "read(65536) contract broken: %d pieces" % app["pieces"]
-    elif check == "sha256" and app["sha256"] != expect:
-        one["check"] = "sha256 mismatch"
-    else:
-        one["check"] = "ok"
-    return one
+    failed, answer = _http(port, "POST", "/upload?mode=read65536&check=%s" % check, body,
+                           timeout)
+    if failed:
+        return dict(failed, check_mode=check)
+    status, _, data, secs = answer
+    return {"check_mode": check, "seconds": round(secs, 4),
+            "check": protocols.check_upload_answer(status, data, size, check, expect)}
 
 
 def download_once(port, path, size, expect, timeout):
-    one = {}
-    try:
-        status, head, body, secs = protocols.http_request(port, "GET", path, timeout=timeout)
-    except OSError as exc:
-        one["error"] = ("no answer within %.0f s (timeout)" % timeout
-                        if isinstance(exc, socket.timeout) else repr(exc))
-        one["timed_out"] = isinstance(exc, socket.timeout)
-        return one
-    one["seconds"] = round(secs, 4)
+    failed, answer = _http(port, "GET", path, None, timeout)
+    if failed:
+        return failed
+    status, head, body, secs = answer
     m = re.search(r"^X-Sha256:\s*(\w+)", head, re.M | re.I)
     got = hashlib.sha256(body).hexdigest()
     if status != 200:
-        one["check"] = "status %d" % status
+        check = "status %d" % status
     elif len(body) != size:
-        one["check"] = "length %d != %d" % (len(body), size)
+        check = "length %d != %d" % (len(body), size)
     elif got != expect or (m is not None and m.group(1) != expect):
-        one["check"] = "sha256 mismatch"
+        check = "sha256 mismatch"
     else:
-        one["check"] = "ok"
-    return one
+        check = "ok"
+    return {"seconds": round(secs, 4), "check": check}
 
 
 def _summarise(runs, size):
@@ -686,15 +672,10 @@ def _front_cost(port, cfg, bodies, static_name, upload_path, prefix=""):
         body = bodies(size)[0]
         runs = []
         for _ in range(cfg.front_transfer_runs):
-            try:
-                status, _, _, secs = protocols.http_request(port, "POST", prefix + upload_path,
-                                                            body,
-                                                            timeout=cfg.front_transfer_timeout)
-                one = {"seconds": round(secs, 4),
-                       "check": "ok" if status == 204 else "status %d" % status}
-            except OSError as exc:
-                one = {"error": repr(exc)}
-            runs.append(one)
+            failed, answer = _http(port, "POST", prefix + upload_path, body,
+                                   cfg.front_transfer_timeout)
+            runs.append(failed or {"seconds": round(answer[3], 4), "check": "ok" if
+                                   answer[0] == 204 else "status %d" % answer[0]})
         out["upload"] = _summarise(runs, size)
     return out
 

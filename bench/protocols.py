@@ -31,8 +31,8 @@ import time
 from bench import apps
 from bench.run import (
     KIND_LABEL, MIB, START_TIMEOUT, STOP_GRACE, RSSSampler, Server, _connect, _fmt,
-    _proc_stat, bench_download, bench_syscalls, bench_upload, free_port, log, process_tree,
-    tree_cpu_seconds,
+    _proc_stat, bench_download, bench_syscalls, bench_upload, free_port, kill_orphans, log,
+    process_tree, tree_cpu_seconds,
 )
 
 APACHE = "/usr/sbin/apache2"
@@ -485,14 +485,7 @@ def stop_front(front, name):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
             proc.wait(5)
-        end = time.monotonic() + STOP_GRACE
-        for pid, started in family.items():
-            while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
-                time.sleep(0.05)
-            if (_proc_stat(pid) or (0, 0, None))[2] == started:
-                front.notes.append("%s process %d outlived its parent: SIGKILL" % (name, pid))
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        kill_orphans(family, front.notes, "%s process" % name)
     front._log.close()
     front.proc = None
 
@@ -526,6 +519,24 @@ def http_request(port, method, uri, body=None, timeout=30.0, headers=()):
     text = head.decode("latin-1")
     m = re.match(r"HTTP/1\.\d (\d+)", text)
     return (int(m.group(1)) if m else 0), text, rest, seconds
+
+
+def check_upload_answer(status, answer, size, check, expect):
+    """"ok", or what is wrong with the upload app's JSON answer for a ``size``-byte body read
+    with read(65536) (``check``: len or sha256, ``expect`` the sha256)."""
+    try:
+        app = json.loads(answer)
+    except ValueError:
+        app = None
+    if status != 200 or not app:
+        return "status %d: %r" % (status, answer[:120])
+    if app["length"] != size:
+        return "length %d != %d" % (app["length"], size)
+    if app["pieces"] != -(-size // 65536) or app.get("violations"):
+        return "read(65536) contract broken: %d pieces" % app["pieces"]
+    if check == "sha256" and app["sha256"] != expect:
+        return "sha256 mismatch"
+    return "ok"
 
 
 def run_ab(port, conns, duration, timeout):
@@ -683,20 +694,7 @@ def _apache_scenarios(kinds, backends, apache, cfg, out):
                     break
                 one["seconds"] = round(secs, 4)
                 one["status"] = status
-                try:
-                    app = json.loads(answer)
-                except ValueError:
-                    app = None
-                if status != 200 or not app:
-                    one["check"] = "status %d: %r" % (status, answer[:120])
-                elif app["length"] != size:
-                    one["check"] = "length %d != %d" % (app["length"], size)
-                elif app["pieces"] != -(-size // 65536) or app.get("violations"):
-                    one["check"] = "contract broken: %d pieces" % app["pieces"]
-                elif check == "sha256" and app["sha256"] != expect:
-                    one["check"] = "sha256 mismatch"
-                else:
-                    one["check"] = "ok"
+                one["check"] = check_upload_answer(status, answer, size, check, expect)
                 r["runs"].append(one)
         r.update(sampler.as_dict())
         good = [x for x in r["runs"] if x.get("check") == "ok"]

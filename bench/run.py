@@ -342,17 +342,23 @@ class Server:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(proc.pid, signal.SIGKILL)
                     proc.wait(5)
-            # Children still alive after their parent went: by PID, checking the start time.
-            end = time.monotonic() + STOP_GRACE
-            for pid, started in family.items():
-                while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    time.sleep(0.05)
-                if (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    self.notes.append("child %d outlived its parent: SIGKILL" % pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            kill_orphans(family, self.notes, "child")
         self._log.close()
         self.proc = None
+
+
+def kill_orphans(family, notes, label):
+    """Processes of ``family`` ({pid: start time}) still alive after their parent went (or
+    STOP_GRACE later): SIGKILL by PID, the start time checked so a reused PID is left alone;
+    each noted in ``notes``."""
+    end = time.monotonic() + STOP_GRACE
+    for pid, started in family.items():
+        while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
+            time.sleep(0.05)
+        if (_proc_stat(pid) or (0, 0, None))[2] == started:
+            notes.append("%s %d outlived its parent: SIGKILL" % (label, pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # -- the load client -------------------------------------------------------------------------
