@@ -393,20 +393,23 @@ Listen 127.0.0.1:{port}
 
 
 APACHE_STATIC_VHOST = """\
+LoadModule proxy_http_module {mods}/mod_proxy_http.so
 Listen 127.0.0.1:{port}
 <VirtualHost 127.0.0.1:{port}>
     DocumentRoot "{root}"
     <Directory "{root}">
         Require all granted
     </Directory>
+    # the same file through Apache's own proxy: the front forwarding a body
+    ProxyPass "/fwd/" "http://127.0.0.1:{port}/"
 </VirtualHost>
 """
 
 
 class Apache:
     """apache2 in the foreground from its own config; one Listen port per backend, and with
-    ``static_root`` one more (``ports["static"]``) serving that directory's files: the
-    front's own cost (bench/fronts.py)."""
+    ``static_root`` one more (``ports["static"]``) serving that directory's files, also
+    under /fwd/ through mod_proxy_http: the front's own cost (bench/fronts.py)."""
 
     def __init__(self, workdir, backends, timeout, static_root=None):
         self.root = os.path.join(workdir, "apache")
@@ -420,7 +423,8 @@ class Apache:
                          for key, bport in backends.items())
         if static_root:
             self.ports["static"] = free_port()
-            vhosts += APACHE_STATIC_VHOST.format(port=self.ports["static"], root=static_root)
+            vhosts += APACHE_STATIC_VHOST.format(port=self.ports["static"], root=static_root,
+                                                 mods=APACHE_MODULES)
         self.conf = os.path.join(self.root, "httpd.conf")
         with open(self.conf, "w") as f:
             f.write(APACHE_CONF.format(root=self.root, mods=APACHE_MODULES,

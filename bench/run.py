@@ -1059,17 +1059,17 @@ class Config:
         self.flup_ajp_syscall_requests = 50 if quick else 200
         # behind real fronts (bench/fronts.py)
         self.front_rounds = args.rounds or (1 if quick else 3)
-        self.front_duration = args.duration or (1.0 if quick else 3.0)
-        self.front_app_duration = 1.0 if quick else 3.0
+        self.front_duration = args.duration or (1.0 if quick else 2.0)
+        self.front_app_duration = 1.0 if quick else 2.0
         self.front_warmup = 0 if quick else 1.0
         self.front_transfer_size = (20 if quick else 100) * MIB
         self.front_transfer_runs = 1 if quick else 3   # the last one is sha256-checked
         self.front_nokeep = not quick   # the "compiled, keep_conn off" column
         self.front_transfer_timeout = 20.0 if quick else 60.0
         # flup's quadratic FastCGI download and Nagle-bound AJP upload, measured smaller
-        self.front_flup_slow_size = (2 if quick else 20) * MIB
+        self.front_flup_slow_size = (2 if quick else 10) * MIB
         # instruction counts (bench/callgrind.py)
-        self.callgrind_n = args.callgrind_n or (300 if quick else 1000)
+        self.callgrind_n = args.callgrind_n or (300 if quick else 500)
         self.callgrind_protocols = ("fcgi",) if quick else ("fcgi", "scgi", "ajp")
 
     def as_dict(self):
@@ -1112,7 +1112,7 @@ def main(argv=None):
                         help="fronts: which of fcgi-thread,fcgi-fork,scgi-fork,ajp-thread")
     parser.add_argument("--callgrind-n", type=int, default=0,
                         help="callgrind: N (and 2N) requests per count (default 300 in "
-                        "--quick, 1000)")
+                        "--quick, 500)")
     parser.add_argument("--chart", default="",
                         help="also write the chart here (the full run: bench/chart.png)")
     parser.add_argument("--conns", type=int, default=16)
