@@ -14,7 +14,9 @@ def _front_series(results):
     variants = [v for v in VARIANT_LABEL if any(v in groups[k]["servers"] for k in keys)]
     series = {}
     for v in variants:
-        series[v] = [((groups[k]["servers"].get(v) or {}).get("hello") or {}).get("rps") or 0
+        # None: the variant has no place in that group (no bar, no mark); 0: not run or failed
+        series[v] = [None if v not in groups[k]["servers"] else
+                     ((groups[k]["servers"][v].get("hello") or {}).get("rps") or 0)
                      for k in keys]
     return keys, series
 
@@ -25,15 +27,15 @@ def _bars(ax, labels, series, ylabel, title):
     width = 0.8 / max(1, len(series))
     for i, (name, (vals, color)) in enumerate(series.items()):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(labels))]
-        ax.bar(xs, vals, width, label=name, color=color)
+        ax.bar(xs, [v or 0 for v in vals], width, label=name, color=color)
         for x, val in zip(xs, vals):
-            if not val:
+            if val == 0:
                 ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels([label.replace(", ", "\n") for label in labels], fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -47,10 +49,10 @@ def draw(results, paths):
     keys, series = _front_series(results)
     cg = results.get("callgrind") or {}
     protos = [p for p in PROTOCOLS if p in cg]
-    if not any(any(v) for v in series.values()) and not protos:
+    if not any(any(v or 0 for v in vals) for vals in series.values()) and not protos:
         return "nothing to draw"
     panels = int(bool(keys)) + int(bool(protos))
-    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 5.0), squeeze=False)
     axes = list(axes[0])
     m = results["survey"]["machine"]
     if keys:
