@@ -163,4 +163,73 @@ DIFFERENCES = [
         'until the web server closes it',
         'ends the idle connection\'s wait and stops within a second',
         'mod_fcgid and service managers expect SIGTERM to stop the process'),
+    # -- flup's cgi, paste_factory and clients, and the protocol helpers (issue 5) --------------
+    Difference(
+        'cgi-server-bytes', 'cgi.py:21,40-45',
+        'writes the status, headers and body as str to sys.stdout: a bytes body raises '
+        'TypeError on Python 3; wsgi.input is text-mode sys.stdin, not bounded',
+        'writes bytes to sys.stdout.buffer (str values encoded latin-1 as the other servers); '
+        'wsgi.input is binary stdin ending at CONTENT_LENGTH',
+        'PEP 3333 bodies are bytes; a CGI app must be able to answer at all'),
+    Difference(
+        'cgi-server-errors', 'cgi.py:62-71',
+        'an exception from the app leaves run(): a traceback, exit status 1 and the web '
+        'server\'s own error ("End of script output before headers"); no Content-Length',
+        'prints the traceback to stderr, sends flup\'s 500 page when nothing was sent yet (the '
+        'FastCGI CGI fallback\'s behaviour) and returns; a one-item result gets a '
+        'Content-Length, as on every other flup server',
+        'one error policy and one Content-Length rule for every gateway'),
+    Difference(
+        'cgi-environ-latin1', 'cgi.py:17; fcgi_base.py:617',
+        'the CGI environ is dict(os.environ): values decoded by the locale, so a UTF-8 '
+        'PATH_INFO reaches the app as text ("caf\u00e9")',
+        'each byte of the environment becomes one latin-1 character ("caf\u00c3\u00a9"), as '
+        'PEP 3333 asks and as the same request over FastCGI arrives',
+        'an app must see the same environ whichever gateway runs it'),
+    Difference(
+        'paste-factory-py3', 'paste_factory.py:7,19,91,94,127,130',
+        'every runner raises NameError (unicode); socket= with host= and host= without port= '
+        'are assert statements (silent under -O)',
+        'the runners work; those two cases raise ValueError; each runner returns what run() '
+        'returns (True after SIGHUP)',
+        'the Paste entry points must work on Python 3'),
+    Difference(
+        'flup-clients', 'client/fcgi_app.py:337,356,390; client/scgi_app.py:109,140',
+        'FCGIApp and SCGIApp raise AttributeError (types.StringTypes) on every call; FCGIApp '
+        'uses an unimported sys for FCGI_STDERR; both read the whole response into memory and '
+        'drop a character of each header line that ends in a bare LF; FCGIApp(command=...) '
+        'raises NotImplementedError at the first request; an empty FCGI_DATA is sent',
+        'both work and stream the response body; CRLF and LF heads parse; a truncated or '
+        'malformed answer, or an END_REQUEST refusing the request, raises BackendError (a '
+        'ProtocolError); wsgi.input shorter than CONTENT_LENGTH raises OSError instead of '
+        'hanging the backend; command= raises NotImplementedError in the constructor; no '
+        'FCGI_DATA is sent (the responder role has none). Header names stay lower-cased as '
+        'flup\'s',
+        'flup\'s clients cannot run on Python 3; a proxy must not hold a large body in memory'),
+    Difference(
+        'connection-internals', 'fcgi_base.py:118-340,541-905; scgi_base.py:159-290; '
+        'ajp_base.py:316-770',
+        'each protocol module has its own Request/Connection/InputStream/OutputStream machinery '
+        'whose record-by-record methods (Connection.process_input, writeRecord, _do_*, '
+        'processInput, writePacket, Request.timeout_handler, ajp Request.set*/addHeader/'
+        'addAttribute) a subclass may override; Request(conn, inputStreamClass, timeout) '
+        'builds its streams from inputStreamClass',
+        'the classes exist with flup\'s constructor signatures and the server still builds '
+        'requests from server.request_class / requestClass, but one connection driver '
+        '(flupfast/connection.py) does the work: those methods do not exist and overriding them '
+        'changes nothing; inputStreamClass is ignored. fcgi_base.InputStream, '
+        'MultiplexedInputStream, OutputStream, Record and ajp_base.Packet work as flup\'s for '
+        'code that builds them (over flupfast\'s codecs and streams); ajp_base.InputStream is '
+        'flupfast\'s pull-based stream',
+        'flup copies that machinery three times; one driver is where the speed comes from'),
+    Difference(
+        'flup-adapters-strict', 'ajp_base.py:170-215,237-314; fcgi_base.py:429-536',
+        'decodeString/decodeRequestHeader/decodeAttribute skip the byte where a NUL belongs '
+        'unchecked and return short strings past the end of the data; Packet.read accepts any '
+        '16-bit length; Record.write sends contentLength as given even when contentData is '
+        'shorter, with self.version',
+        'a missing NUL or a string running past the data raises ProtocolError; Packet.read '
+        'refuses packets over 65536 bytes with their header (the codec\'s AJP_MAX_PACKET); '
+        'Record.write sends contentData[:contentLength] with its real length, as version 1',
+        'the helpers are the codec\'s checks under flup\'s names'),
 ]

@@ -877,6 +877,17 @@ WSGIServer(app).run()
 """
 
 
+def write_probe_script(server, htdocs, filename, template, **fields):
+    """Copy the probe app into ``htdocs`` and write the script ``filename`` from ``template``
+    (``{python}``: the mod_fcgid venv's interpreter, readable by www-data); both 0755."""
+    python = fcgid_venv(server)
+    shutil.copy(str(PROBE_SOURCE), str(htdocs / "probe.py"))
+    script = htdocs / filename
+    script.write_text(template.format(python=python, **fields))
+    for p in (htdocs / "probe.py", script):
+        p.chmod(0o755)
+
+
 def start_apache_fcgid(server, name=None):
     """Apache mod_fcgid spawning ``probe.fcgi`` (Debian's python3 in a venv with the server)."""
     require(str(APACHE_MODULES / "mod_fcgid.so"), "libapache2-mod-fcgid")
@@ -885,14 +896,8 @@ def start_apache_fcgid(server, name=None):
     port = free_port()
 
     def setup(front, root, body):
-        python = fcgid_venv(server)
-        htdocs = root / "htdocs"
-        shutil.copy(str(PROBE_SOURCE), str(htdocs / "probe.py"))
-        script = htdocs / "probe.fcgi"
-        script.write_text(FCGID_SCRIPT.format(python=python,
-                                              server_import=server.fcgid_import()))
-        for p in (htdocs / "probe.py", script):
-            p.chmod(0o755)
+        write_probe_script(server, root / "htdocs", "probe.fcgi", FCGID_SCRIPT,
+                           server_import=server.fcgid_import())
         env_lines = ["FcgidInitialEnv PYTHONUNBUFFERED 1",
                      "FcgidInitialEnv PYTHONDONTWRITEBYTECODE 1"]
         if server.speedups is not None:
