@@ -5,6 +5,7 @@ import os
 import types
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import flupfast
 from flupfast import body, protocols
@@ -43,6 +44,15 @@ def _compiled():
 
 COMPILED, COMPILED_ERROR = _compiled()
 
+# Hypothesis profiles of the fuzz properties (tests/reliability/test_fuzz_*.py), picked by
+# FLUPFAST_FUZZ_PROFILE: 'ci' (default) is the short run of every pytest, 'fuzz' a long one
+# of FLUPFAST_FUZZ_EXAMPLES examples per property (default 20000).
+_FUZZ_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+settings.register_profile('ci', max_examples=150, deadline=None,
+                          suppress_health_check=_FUZZ_HEALTH)
+settings.register_profile('fuzz', deadline=None, suppress_health_check=_FUZZ_HEALTH,
+                          max_examples=int(os.environ.get('FLUPFAST_FUZZ_EXAMPLES', 20000)))
+
 
 def compiled_required():
     return os.environ.get('FLUPFAST_SPEEDUPS', 'auto') in ('1', 'require') or bool(
@@ -52,6 +62,17 @@ def compiled_required():
 def pytest_report_header(config):
     return 'flupfast backend: %s (compiled twins: %s)' % (
         flupfast.BACKEND, 'built' if COMPILED else 'missing: %s' % COMPILED_ERROR)
+
+
+@pytest.fixture
+def needs_compiled():
+    """For tests that compare the twins: skipped without the compiled backend (a failure when
+    it is required)."""
+    if COMPILED is None:
+        if compiled_required():
+            pytest.fail('the compiled backend is required but does not import: %s'
+                        % COMPILED_ERROR)
+        pytest.skip('flupfast._speedups is not built')
 
 
 @pytest.fixture(params=['py', 'cy'])

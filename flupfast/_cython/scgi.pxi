@@ -5,6 +5,7 @@
 
 from flupfast.limits import MAX_SCGI_HEADER_BYTES
 from flupfast.protocols.errors import SCGIError
+from flupfast.protocols.scgi import parse_content_length as _scgi_content_length
 
 
 cdef int _scgi_digits(Py_ssize_t n) noexcept:
@@ -75,7 +76,7 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
         raise SCGIError('missing SCGI header')
     if scgi != '1':
         raise SCGIError('unsupported SCGI version %r' % scgi)
-    return environ, int(length_text)
+    return environ, _scgi_content_length(length_text)
 
 
 def decode_request(data, max_header=MAX_SCGI_HEADER_BYTES, max_pairs=MAX_PARAMS_PAIRS):

@@ -12,6 +12,10 @@ from flupfast.protocols.errors import SCGIError
 
 _DIGITS = b'0123456789'
 
+# CONTENT_LENGTH beyond this is refused: no body is that large, and int() refuses strings of
+# over 4300 digits with a ValueError (AJP13 has the same bound, protocols/ajp.py).
+_MAX_CONTENT_LENGTH = (1 << 63) - 1
+
 
 def decode_request(data, max_header=MAX_SCGI_HEADER_BYTES, max_pairs=MAX_PARAMS_PAIRS):
     """Decode the header netstring at the start of ``data`` (any bytes-like).
@@ -86,7 +90,16 @@ def _decode_headers(block, max_pairs):
         raise SCGIError('missing SCGI header')
     if scgi != '1':
         raise SCGIError('unsupported SCGI version %r' % scgi)
-    return environ, int(value)
+    return environ, parse_content_length(environ['CONTENT_LENGTH'])
+
+
+def parse_content_length(value):
+    """CONTENT_LENGTH (a str of ASCII digits) -> int, at most 2**63 - 1; else SCGIError."""
+    digits = value.lstrip('0')
+    # The length test first: int() refuses strings of over 4300 digits (and would be slow).
+    if len(digits) > 19 or int(digits or '0') > _MAX_CONTENT_LENGTH:
+        raise SCGIError('CONTENT_LENGTH of %d digits is too large' % len(value))
+    return int(digits or '0')
 
 
 def encode_netstring(data):

@@ -13,16 +13,10 @@ from hypothesis import strategies as st
 
 from flupfast.protocols.errors import AJPError
 from tests import ajp_client as client
-from tests.conftest import COMPILED, COMPILED_ERROR, PURE, compiled_required
+from tests.conftest import COMPILED, PURE
 
 
-@pytest.fixture(autouse=True)
-def _needs_compiled():
-    if COMPILED is None:
-        if compiled_required():
-            pytest.fail('the compiled backend is required but does not import: %s'
-                        % COMPILED_ERROR)
-        pytest.skip('flupfast._speedups is not built')
+pytestmark = pytest.mark.usefixtures('needs_compiled')
 
 
 BACKENDS = [PURE, COMPILED] if COMPILED else [PURE]

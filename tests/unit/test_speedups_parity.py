@@ -14,19 +14,13 @@ from hypothesis import strategies as st
 from flupfast.body import ClientDisconnected
 from flupfast.protocols import fastcgi as f
 from flupfast.protocols.errors import FastCGIError
-from tests.conftest import COMPILED, COMPILED_ERROR, PURE, compiled_required
+from tests.conftest import COMPILED, PURE
 
 # Offsets past what one pulled chunk holds (the old pure twin compacted its buffer there).
 LARGE_OFFSET = 256 * 1024
 
 
-@pytest.fixture(autouse=True)
-def _needs_compiled():
-    if COMPILED is None:
-        if compiled_required():
-            pytest.fail('the compiled backend is required but does not import: %s'
-                        % COMPILED_ERROR)
-        pytest.skip('flupfast._speedups is not built')
+pytestmark = pytest.mark.usefixtures('needs_compiled')
 
 
 BACKENDS = [PURE, COMPILED] if COMPILED else [PURE]

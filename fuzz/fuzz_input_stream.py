@@ -1,0 +1,10 @@
+"""atheris target: wsgi.input (InputStream) under any chunking and reads on both backends (see fuzz/runner.py, fuzz/README.md)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fuzz import runner  # noqa: E402
+
+if __name__ == '__main__':
+    runner.main('input_stream')
