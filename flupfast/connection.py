@@ -19,8 +19,9 @@ from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
-                             MAX_OPEN_REQUESTS, RECV_BUFFER_SIZE)
-from flupfast.output import is_regular_file, send_buffers, shutdown_quietly
+                             MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE)
+from flupfast.output import (OVERLOADED_CGI_RESPONSE, is_regular_file, send_buffers,
+                             shutdown_quietly)
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
@@ -84,14 +85,14 @@ class Connection:
         with self._send_lock:
             self._sock.sendfile(filelike, filelike.tell())
 
-    def linger_close(self):
+    def linger_close(self, seconds=LINGER_SECONDS):
         """Half-close, discard what the peer still sends for a bounded time, then close, so
         unread request bytes do not turn our FIN into an RST that destroys the response.
         """
         if self.closed:
             return
         shutdown_quietly(self._sock, socket.SHUT_WR)
-        deadline = time.monotonic() + LINGER_SECONDS
+        deadline = time.monotonic() + seconds
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -111,6 +112,23 @@ class Connection:
                 self._sock.close()
             except OSError:
                 pass
+
+    def refuse_overloaded(self):
+        """Answer the connection's first request with the protocol's "overloaded" reply
+        instead of serving it (no worker is free: the mode's queue is full), then close.
+        Reading the request head, the answer and the lingering close take at most
+        OVERLOAD_ANSWER_SECONDS: this runs in the accept loop's thread."""
+        deadline = time.monotonic() + OVERLOAD_ANSWER_SECONDS
+        try:
+            self._sock.settimeout(OVERLOAD_ANSWER_SECONDS)
+            self._answer_overloaded()
+        except (OSError, EOFError, ProtocolError):
+            pass  # the peer left, sent garbage or took too long: closing is all that is left
+        self.linger_close(max(0.0, deadline - time.monotonic()))
+
+    def _answer_overloaded(self):
+        """Read the first request's head and send the protocol's refusal."""
+        raise NotImplementedError
 
 
 class LoggedConnection(Connection):
@@ -497,6 +515,23 @@ class FastCGIConnection(Connection):
             while self._events and not self.closed:
                 self._dispatch(self._events.popleft())
 
+    def _answer_overloaded(self):
+        """FastCGI's refusal (spec 5.5): END_REQUEST with FCGI_OVERLOADED for the first
+        request. nginx and Apache ignore the protocol status and would show a 502 for a request
+        with no output, so a 503 response on STDOUT comes first."""
+        while True:
+            while not self._events:
+                if not self._read_events():
+                    return
+            record_type, request_id, payload = self._events.popleft()
+            if record_type == fcgi.FCGI_BEGIN_REQUEST:
+                break
+            if record_type == fcgi.FCGI_GET_VALUES:
+                self._on_get_values(payload)
+        self.send([fcgi.encode_record(fcgi.FCGI_STDOUT, request_id, OVERLOADED_CGI_RESPONSE),
+                   fcgi.encode_record(fcgi.FCGI_STDOUT, request_id),
+                   fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
+
     def _finish(self):
         for req in list(self._requests.values()):
             if self.multiplexed:
@@ -507,7 +542,13 @@ class FastCGIConnection(Connection):
                 thread = getattr(req, '_thread', None)
                 if thread is not None:
                     thread.join()
+                self._release_spools(req)  # also when the request's thread died unended
         self.close()
+
+    @staticmethod
+    def _release_spools(req):
+        for spool in req._pending.values():
+            spool.close()
 
     def _dispatch(self, event):
         record_type, request_id, payload = event
@@ -607,6 +648,8 @@ class FastCGIConnection(Connection):
             if not is_peer_gone(exc):
                 raise
             self._requests.pop(req.requestId, None)
+            if self.multiplexed:
+                self._release_spools(req)
             self.close()
             return
         self.served += 1
@@ -644,8 +687,7 @@ class FastCGIConnection(Connection):
         with self._send_lock:
             self._requests.pop(req.requestId, None)
             last = not self._requests
-        for spool in req._pending.values():
-            spool.close()
+        self._release_spools(req)
         if last and not req.keep_conn:
             # Wake the reading thread; it closes the socket once the reads stop.
             shutdown_quietly(self._sock, socket.SHUT_RDWR)

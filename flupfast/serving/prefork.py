@@ -21,7 +21,8 @@ from flupfast.serving.listen import (
 from flupfast.serving.signals import LoopControl
 
 __all__ = [
-    "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "SHUTDOWN_GRACE",
+    "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "DRAIN_GRACE",
+    "SHUTDOWN_GRACE",
     "TERM_GRACE", "ChildRecord", "PoolChange", "PoolLimits", "PreforkMode",
     "decide_pool_change", "notify_parent", "serve_child",
 ]
@@ -41,8 +42,13 @@ EXITING = "exiting"  # told to go, or seen to go (EOF); still a process until re
 # The parent wakes at least this often even with nothing to do: a safety net for reaping and
 # for flags set from another thread (signals and child events wake it at once).
 PARENT_TICK = 1.0
-# On shutdown, busy children get SIGINT and this long to finish their request (flup's 10 s
-# alarm, which never fired: bug 8) before SIGTERM ...
+# On shutdown (INT, TERM, HUP), busy children first get this long to finish their request in
+# peace: they exit when it ends, finding the parent gone. flup sends SIGINT at once, failing
+# every request in flight. A child holding a persistent connection (AJP, FastCGI KEEP_CONN)
+# stays busy until the web server closes it, so the drain is bounded as the thread mode's.
+DRAIN_GRACE = 5.0
+# ... then SIGINT (KeyboardInterrupt in the job) and this long (flup's 10 s alarm, which never
+# fired: bug 8) before SIGTERM ...
 SHUTDOWN_GRACE = 10.0
 # ... and SIGTERM this long before SIGKILL (a child may have its own SIGTERM handler).
 TERM_GRACE = 2.0
@@ -450,15 +456,14 @@ class PreforkMode(LoopControl):
     # -- shutdown ------------------------------------------------------------------------------
 
     def retire_all_children(self):
-        """Close every child's socket (idle children exit at once), SIGINT the busy ones, and
-        escalate to SIGTERM after SHUTDOWN_GRACE and SIGKILL after TERM_GRACE more. Returns
-        when every child is reaped (or KILL_WAIT after SIGKILL)."""
-        busy = [pid for pid, child in self.children.items() if child.state == BUSY]
+        """Close every child's socket: idle children exit at once, busy ones once their job
+        ends. Those still running after DRAIN_GRACE get SIGINT, SIGTERM after SHUTDOWN_GRACE
+        more, SIGKILL after TERM_GRACE more. Returns when every child is reaped (or KILL_WAIT
+        after SIGKILL)."""
         for child in list(self.children.values()):
             self._release(child)
-        self._signal_children(signal.SIGINT, busy)
-        stages = [(SHUTDOWN_GRACE, signal.SIGTERM), (TERM_GRACE, signal.SIGKILL),
-                  (KILL_WAIT, None)]
+        stages = [(DRAIN_GRACE, signal.SIGINT), (SHUTDOWN_GRACE, signal.SIGTERM),
+                  (TERM_GRACE, signal.SIGKILL), (KILL_WAIT, None)]
         deadline = time.monotonic()
         for grace, next_signal in stages:
             deadline += grace

@@ -65,10 +65,19 @@ class ThreadPool:
         self._workers += 1
         self._waiting += 1
 
-    def add_job(self, job, allow_queuing=True):
+    def busy_threads(self, exclude=None):
+        """Workers running a job (``exclude``: a thread not to count, e.g. the caller's)."""
+        with self._cond:
+            busy = self._workers - self._waiting
+            if exclude is not None and exclude in self._threads and busy > 0:
+                busy -= 1
+            return busy
+
+    def add_job(self, job, allow_queuing=True, queue_limit=None):
         """Hand ``job`` (anything with ``run()``) to a worker. With ``allow_queuing`` it is
-        queued even when every thread is busy (only possible with a finite ``max_threads``);
-        otherwise it is refused. Returns True if the job was accepted."""
+        queued even when every thread is busy (only possible with a finite ``max_threads``),
+        up to ``queue_limit`` jobs waiting for a thread (None: no limit); otherwise it is
+        refused. Returns True if the job was accepted."""
         with self._cond:
             if self._stopping:
                 return False
@@ -80,7 +89,8 @@ class ThreadPool:
                     logger.warning("cannot start a worker thread (%d running)", self._workers,
                                    exc_info=True)
                     return False
-            if self._waiting - len(self._queue) > 0 or allow_queuing:
+            free = self._waiting - len(self._queue)
+            if free > 0 or (allow_queuing and (queue_limit is None or -free < queue_limit)):
                 self._queue.append(job)
                 self._cond.notify()
                 return True
