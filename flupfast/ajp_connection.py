@@ -212,7 +212,11 @@ class AJPConnection(LoggedConnection):
 
     def _serve(self):
         while not self.closed:
-            self.idle = True  # waiting for a request: a single-mode stop may end the wait
+            # Waiting for the next request: a stop may end the wait. A new connection is not
+            # idle: its first request is on the way.
+            self.idle = self.served > 0
+            if self.idle and self.idle_check is not None and self.idle_check():
+                return
             try:
                 payload = self._next_packet()
             finally:

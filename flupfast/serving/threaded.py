@@ -30,14 +30,17 @@ IDLE_POLL = 0.05
 class _TrackedJob:
     """A job and its socket while the pool holds it, so the mode can end the wait of a job
     that says it is ``idle`` (a persistent AJP or FastCGI KEEP_CONN connection between
-    requests) by shutting its socket's read side, as SingleMode does."""
+    requests) by shutting its socket's read side, as SingleMode does; a job that is about to
+    go idle asks the mode first (``job.idle_check``)."""
 
     __slots__ = ("job", "client", "_active")
 
-    def __init__(self, job, client, active):
+    def __init__(self, job, client, active, idle_check):
         self.job = job
         self.client = client
         self._active = active
+        if hasattr(job, "idle"):
+            job.idle_check = idle_check
 
     def run(self):
         try:
@@ -77,7 +80,7 @@ class ThreadedMode(AcceptLoop):
         self._refused = 0       # connections answered "overloaded" in the current burst
 
     def dispatch(self, job, client):
-        tracked = _TrackedJob(job, client, self._active)
+        tracked = _TrackedJob(job, client, self._active, self._idle_check)
         self._active.add(tracked)
         if self.pool.add_job(tracked, queue_limit=self.max_queued):
             waiting = -self.pool.idle_count  # jobs in the queue with no thread for them
@@ -102,6 +105,11 @@ class ThreadedMode(AcceptLoop):
             refuse()
         else:
             client.close()
+
+    def _idle_check(self):
+        """A persistent connection going idle ends instead when the mode stops or when a
+        queued connection waits for a thread."""
+        return not self.keep_going or self.pool.idle_count < 0
 
     def _end_idle_jobs(self, limit=None):
         """End the wait of up to ``limit`` idle persistent connections (all when None)."""
