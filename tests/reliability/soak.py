@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import socket
 import sys
 import threading
@@ -296,6 +297,8 @@ def main(argv=None):
                         help="seconds between samples (default 5)")
     parser.add_argument("--json", type=Path, help="write every result and sample here")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so every front started so far is stopped by its PID.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for config in configs:
         if config not in ALL_CONFIGS:
