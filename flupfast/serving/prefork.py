@@ -16,14 +16,14 @@ import sys
 import time
 from dataclasses import dataclass
 
+from flupfast.output import shutdown_quietly
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
 from flupfast.serving.signals import LoopControl
 
 __all__ = [
     "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "DRAIN_GRACE",
-    "SHUTDOWN_GRACE",
-    "TERM_GRACE", "ChildRecord", "PoolChange", "PoolLimits", "PreforkMode",
+    "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL", "ChildDrain", "ChildRecord", "PoolChange", "PoolLimits", "PreforkMode",
     "decide_pool_change", "notify_parent", "serve_child",
 ]
 
@@ -60,6 +60,12 @@ REAP_POLL = 0.05
 SPAWN_BACKOFF = 1.0
 # Pause after accept() fails for lack of fds/memory in a child (see single.ACCEPT_BACKOFF).
 ACCEPT_BACKOFF = 0.1
+
+# Sent to the busy children when the parent stops: a child whose persistent connection (AJP,
+# FastCGI KEEP_CONN) waits idle for the web server's next request ends it at once, one in a
+# request ends the connection after it; then they exit, finding the parent gone. A real-time
+# signal, which apps leave alone (SIGUSR1/SIGUSR2 are often theirs).
+DRAIN_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else None
 
 # Sends to the parent must not raise SIGPIPE if the process has it at its default action.
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
@@ -203,6 +209,36 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 return  # retire; the parent sees EOF and replaces us
         if not notify_parent(parent_sock, STATUS_IDLE):
             return  # parent gone
+
+
+class ChildDrain:
+    """A child's side of DRAIN_SIGNAL: the job it runs and that job's socket, so the handler
+    can end an idle persistent connection, and the flag a job checks before it goes idle."""
+
+    __slots__ = ("job", "client", "draining")
+
+    def __init__(self):
+        self.job = self.client = None
+        self.draining = False
+
+    def wrap(self, job_class):
+        """A job factory for serve_child: ``job_class``'s jobs, remembered and told to ask
+        ``is_draining`` before waiting idle (flup's jobClass contract is unchanged)."""
+        def make_job(client, addr, *args):
+            job = job_class(client, addr, *args)
+            self.job, self.client = job, client
+            if hasattr(job, "idle"):
+                job.idle_check = self.is_draining
+            return job
+        return make_job
+
+    def is_draining(self):
+        return self.draining
+
+    def on_signal(self, signum, frame):
+        self.draining = True
+        if getattr(self.job, "idle", False):
+            shutdown_quietly(self.client, socket.SHUT_RD)  # its blocked read ends at once
 
 
 # -- the parent side --------------------------------------------------------------------------
@@ -450,18 +486,26 @@ class PreforkMode(LoopControl):
         """The child's main loop: ``serve_child`` (the backend's twin) with this mode's
         settings."""
         from flupfast import _impl  # here: _impl imports this module for the pure twin
-        _impl.serve_child(sock, parent_sock, self.job_class, self.job_args,
+        job_class = self.job_class
+        if DRAIN_SIGNAL is not None:
+            drain = ChildDrain()
+            signal.signal(DRAIN_SIGNAL, drain.on_signal)
+            job_class = drain.wrap(job_class)
+        _impl.serve_child(sock, parent_sock, job_class, self.job_args,
                           self.is_client_allowed, self.max_requests, self.sock_timeout or None)
 
     # -- shutdown ------------------------------------------------------------------------------
 
     def retire_all_children(self):
         """Close every child's socket: idle children exit at once, busy ones once their job
-        ends. Those still running after DRAIN_GRACE get SIGINT, SIGTERM after SHUTDOWN_GRACE
-        more, SIGKILL after TERM_GRACE more. Returns when every child is reaped (or KILL_WAIT
-        after SIGKILL)."""
+        ends (DRAIN_SIGNAL ends a persistent connection's idle wait). Those still running
+        after DRAIN_GRACE get SIGINT, SIGTERM after SHUTDOWN_GRACE more, SIGKILL after
+        TERM_GRACE more. Returns when every child is reaped (or KILL_WAIT after SIGKILL)."""
+        busy = [pid for pid, child in self.children.items() if child.state == BUSY]
         for child in list(self.children.values()):
             self._release(child)
+        if DRAIN_SIGNAL is not None:
+            self._signal_children(DRAIN_SIGNAL, busy)
         stages = [(DRAIN_GRACE, signal.SIGINT), (SHUTDOWN_GRACE, signal.SIGTERM),
                   (TERM_GRACE, signal.SIGKILL), (KILL_WAIT, None)]
         deadline = time.monotonic()
