@@ -24,6 +24,8 @@ import time
 
 import pytest
 
+from tests.reliability.fault_harness import children_of, eventually as _eventually, process_state
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_TIMEOUT = 20.0   # interpreter start + import, on a slow machine
 WAIT = 10.0            # generous bound for "eventually"
@@ -102,38 +104,15 @@ SERVER = textwrap.dedent("""
 
 def proc_children(pid):
     """{child pid: state letter} for the processes whose parent is ``pid``."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as stat_file:
-                data = stat_file.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(")") + 2:].split()
-        if int(fields[1]) == pid:
-            found[int(entry)] = fields[0]
-    return found
+    return children_of(pid)
 
 
 def eventually(predicate, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.02)
-    return predicate()
+    return _eventually(predicate, timeout)
 
 
 def exists(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as stat_file:
-            data = stat_file.read()
-    except OSError:
-        return False
-    return data[data.rindex(")") + 2] != "Z"
+    return process_state(pid) not in (None, "Z")
 
 
 class Server:

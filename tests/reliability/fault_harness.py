@@ -52,6 +52,12 @@ def _stat_fields(pid):
     return data[data.rindex(")") + 2:].split()
 
 
+def process_state(pid):
+    """``pid``'s state letter (R, S, Z...), None when there is no such process."""
+    fields = _stat_fields(pid)
+    return None if fields is None else fields[0]
+
+
 def children_of(pid):
     """{child pid: state letter} of ``pid``'s children (Z: zombie)."""
     found = {}

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tests.apps import probe
 from tests.integration import peers
+from tests.reliability.fault_harness import children_of
 
 MIB = 1 << 20
 UPLOAD_SIZE = 10 * MIB
@@ -54,22 +55,6 @@ ALL_CONFIGS = ("fcgi:thread", "fcgi:fork", "scgi:thread", "scgi:fork", "ajp:thre
 
 # -- the backend's process tree -------------------------------------------------------------
 
-def _children_of(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry))
-    return found
-
-
 def _rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -87,7 +72,7 @@ def _count(path):
 
 def sample(pid):
     """One reading of the backend ``pid`` and its children."""
-    children = _children_of(pid)
+    children = sorted(p for p, state in children_of(pid).items() if state != "Z")
     procs = [pid] + children
     rss = {}
     for p in procs:
