@@ -127,10 +127,22 @@ class ThreadedMode(AcceptLoop):
         idle between requests, now or once their request ends, are closed at once: the web
         server keeping one open must not hold the exit for the whole grace."""
         self.stop()
-        deadline = time.monotonic() + timeout
+        if timeout is None:
+            return self._drop(self.pool.shutdown(None))
+        started = time.monotonic()
         current = threading.current_thread()
         self._end_idle_jobs()
-        while self.pool.busy_threads(exclude=current) and time.monotonic() < deadline:
+        while self.pool.busy_threads(exclude=current) and \
+                time.monotonic() - started < timeout:
             time.sleep(IDLE_POLL)
             self._end_idle_jobs()
-        return self.pool.shutdown(max(0.0, deadline - time.monotonic()))
+        left = max(0.0, timeout - (time.monotonic() - started))
+        return self._drop(self.pool.shutdown(left, waited=timeout - left))
+
+    def _drop(self, dropped):
+        """Close the connections of jobs that never ran (the pool dropped them)."""
+        for tracked in dropped:
+            if isinstance(tracked, _TrackedJob):  # not a job someone else queued
+                self._active.discard(tracked)
+                tracked.client.close()
+        return dropped

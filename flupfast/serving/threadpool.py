@@ -132,9 +132,10 @@ class ThreadPool:
         except Exception:
             logger.exception("unhandled exception in job %r", job)
 
-    def shutdown(self, timeout=SHUTDOWN_GRACE):
+    def shutdown(self, timeout=SHUTDOWN_GRACE, waited=0.0):
         """Stop the workers: idle ones exit now, busy ones after their job. Join them for at
-        most ``timeout`` seconds in all (None: forever; flup always waits forever). Jobs still
+        most ``timeout`` seconds in all (None: forever; flup always waits forever; ``waited``:
+        seconds the caller already waited, for the log). Jobs still
         queued are dropped. Returns the list of dropped jobs; ``worker_count`` tells how many
         workers are still busy."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -150,7 +151,7 @@ class ThreadPool:
         busy = sum(thread.is_alive() for thread in threads)
         if busy:
             logger.warning("thread pool shutdown: %d job(s) still running after %.1f s",
-                           busy, timeout)
+                           busy, waited + timeout)
         if dropped:
             logger.warning("thread pool shutdown: %d queued job(s) dropped", len(dropped))
         return dropped
