@@ -100,7 +100,7 @@ def run_mode(mode, listener):
 
 def connect(address, line=b"req\n"):
     sock = socket.socket(socket.AF_UNIX)
-    sock.settimeout(10)
+    sock.settimeout(60)  # only a bound: the machine may be loaded
     sock.connect(address)
     if line:
         sock.sendall(line)
@@ -125,7 +125,6 @@ def test_threaded_mode_queues_refuses_and_ends_idle_connections(tmp_path):
         assert queued.recv(10) == b"ok\n"
         # Idle with nobody waiting, it keeps the thread until another connection needs it.
         waiting = connect(address, line=None)
-        assert queued.recv(10) == b""
         assert queued.recv(10) == b""
         waiting.sendall(b"req\n")
         assert waiting.recv(10) == b"ok\n"
