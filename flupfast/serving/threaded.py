@@ -127,11 +127,11 @@ class ThreadedMode(AcceptLoop):
         idle between requests, now or once their request ends, are closed at once: the web
         server keeping one open must not hold the exit for the whole grace."""
         self.stop()
+        self._end_idle_jobs()
         if timeout is None:
             return self._drop(self.pool.shutdown(None))
         started = time.monotonic()
         current = threading.current_thread()
-        self._end_idle_jobs()
         while self.pool.busy_threads(exclude=current) and \
                 time.monotonic() - started < timeout:
             time.sleep(IDLE_POLL)
