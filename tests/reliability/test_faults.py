@@ -4,7 +4,8 @@ tests/reliability/fault_app.py), each with what must hold afterwards:
 * a prefork child killed with SIGKILL mid-request: only that request fails, the others are
   answered, the child is reaped and replaced, and the server goes on serving;
 * SIGTERM and SIGHUP while 16 requests are in flight: every one of them is answered; after
-  SIGTERM no new connection is served and the process exits; after SIGHUP it serves again;
+  SIGTERM no new connection is served and the process exits (status 0, no child left); after
+  SIGHUP it re-executes itself and serves again;
 * an idle persistent connection (AJP, FastCGI KEEP_CONN) does not hold up the thread mode's
   exit: it is closed at once, and the pool's grace never runs out;
 * the pool exhausted: past maxThreads connections queue (up to MAX_QUEUED_CONNECTIONS) and are
@@ -134,7 +135,7 @@ def test_sigterm_with_16_in_flight(start, protocol, mode):
 
 
 @pytest.mark.parametrize("mode", ["thread", "fork"])
-@pytest.mark.parametrize("protocol", ["fcgi", "scgi"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_sighup_with_16_in_flight_then_serves_again(start, protocol, mode):
     backend = start(protocol, mode, "--max-spare", "2")
     exchanges, _ = hold(backend, 16)
