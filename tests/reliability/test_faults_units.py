@@ -88,6 +88,7 @@ class FakeConnection:
 
     def refuse_overloaded(self):
         self.refused = True
+        self.sock.recv(100)  # the request head first, as the real connections do
         self.sock.sendall(b"overloaded\n")
         self.sock.close()
 
