@@ -93,10 +93,19 @@ class FakeConnection:
         self.sock.close()
 
 
-def run_mode(mode, listener):
+def one_thread_mode(tmp_path):
+    """A ThreadedMode of one thread and a queue of one, serving FakeConnections on a Unix
+    socket in a thread: (log, address, mode, listener, thread)."""
+    log = []
+    address = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(address)
+    listener.listen(64)
+    mode = ThreadedMode(FakeConnection, (log,), max_queued=1, min_spare=1, max_spare=1,
+                        max_threads=1)
     thread = threading.Thread(target=mode.serve, args=(listener, 0.05), daemon=True)
     thread.start()
-    return thread
+    return log, address, mode, listener, thread
 
 
 def connect(address, line=b"req\n"):
@@ -109,14 +118,7 @@ def connect(address, line=b"req\n"):
 
 
 def test_threaded_mode_queues_refuses_and_ends_idle_connections(tmp_path):
-    log = []
-    address = str(tmp_path / "s.sock")
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(address)
-    listener.listen(64)
-    mode = ThreadedMode(FakeConnection, (log,), max_queued=1, min_spare=1, max_spare=1,
-                        max_threads=1)
-    thread = run_mode(mode, listener)
+    log, address, mode, listener, thread = one_thread_mode(tmp_path)
     try:
         first = connect(address)
         assert first.recv(10) == b"ok\n"  # served; now idle on its thread
@@ -140,14 +142,7 @@ def test_threaded_mode_queues_refuses_and_ends_idle_connections(tmp_path):
 
 
 def test_threaded_mode_answers_overloaded_beyond_the_queue(tmp_path):
-    log = []
-    address = str(tmp_path / "s.sock")
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(address)
-    listener.listen(64)
-    mode = ThreadedMode(FakeConnection, (log,), max_queued=1, min_spare=1, max_spare=1,
-                        max_threads=1)
-    thread = run_mode(mode, listener)
+    log, address, mode, listener, thread = one_thread_mode(tmp_path)
     try:
         busy = connect(address, line=None)     # holds the thread: never sends a request
         assert eventually(lambda: len(log) == 1)
