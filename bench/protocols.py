@@ -31,8 +31,8 @@ import time
 from bench import apps
 from bench.run import (
     KIND_LABEL, MIB, START_TIMEOUT, STOP_GRACE, RSSSampler, Server, _connect, _fmt,
-    _proc_stat, bench_download, bench_syscalls, bench_upload, free_port, log, process_tree,
-    tree_cpu_seconds,
+    _proc_stat, bench_download, bench_syscalls, bench_upload, free_port, kill_orphans, log,
+    process_tree, tree_cpu_seconds,
 )
 
 APACHE = "/usr/sbin/apache2"
@@ -392,10 +392,26 @@ Listen 127.0.0.1:{port}
 """
 
 
-class Apache:
-    """apache2 in the foreground from its own config; one Listen port per backend."""
+APACHE_STATIC_VHOST = """\
+LoadModule proxy_http_module {mods}/mod_proxy_http.so
+Listen 127.0.0.1:{port}
+<VirtualHost 127.0.0.1:{port}>
+    DocumentRoot "{root}"
+    <Directory "{root}">
+        Require all granted
+    </Directory>
+    # the same file through Apache's own proxy: the front forwarding a body
+    ProxyPass "/fwd/" "http://127.0.0.1:{port}/"
+</VirtualHost>
+"""
 
-    def __init__(self, workdir, backends, timeout):
+
+class Apache:
+    """apache2 in the foreground from its own config; one Listen port per backend, and with
+    ``static_root`` one more (``ports["static"]``) serving that directory's files, also
+    under /fwd/ through mod_proxy_http: the front's own cost (bench/fronts.py)."""
+
+    def __init__(self, workdir, backends, timeout, static_root=None):
         self.root = os.path.join(workdir, "apache")
         for sub in ("", "run", "logs"):
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
@@ -405,6 +421,10 @@ class Apache:
         vhosts = "".join(APACHE_VHOST.format(port=self.ports[key], backend=bport,
                                              timeout=int(timeout))
                          for key, bport in backends.items())
+        if static_root:
+            self.ports["static"] = free_port()
+            vhosts += APACHE_STATIC_VHOST.format(port=self.ports["static"], root=static_root,
+                                                 mods=APACHE_MODULES)
         self.conf = os.path.join(self.root, "httpd.conf")
         with open(self.conf, "w") as f:
             f.write(APACHE_CONF.format(root=self.root, mods=APACHE_MODULES,
@@ -447,32 +467,31 @@ class Apache:
         return text.strip()
 
     def stop(self):
-        """SIGTERM to the parent's PID (it stops its children), then SIGKILL by PID."""
-        if self.proc is None:
-            return
-        proc = self.proc
-        if proc.poll() is None:
-            family = {p: (_proc_stat(p) or (0, 0, None))[2] for p in process_tree(proc.pid)}
+        stop_front(self, "apache2")
+
+
+def stop_front(front, name):
+    """Stop a web server started in the foreground (``front.proc``; notes go to
+    ``front.notes``): SIGTERM to the parent's PID (it stops its children), then SIGKILL by
+    PID, the parent's and then any child's that outlived it (start time checked)."""
+    if front.proc is None:
+        return
+    proc = front.proc
+    if proc.poll() is None:
+        family = {p: (_proc_stat(p) or (0, 0, None))[2] for p in process_tree(proc.pid)}
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(3 * STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            front.notes.append("%s did not exit within %.0f s of SIGTERM: SIGKILL"
+                               % (name, 3 * STOP_GRACE))
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(3 * STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                self.notes.append("apache2 did not exit within %.0f s of SIGTERM: SIGKILL"
-                                  % (3 * STOP_GRACE))
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-            end = time.monotonic() + STOP_GRACE
-            for pid, started in family.items():
-                while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    time.sleep(0.05)
-                if (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    self.notes.append("apache2 process %d outlived its parent: SIGKILL" % pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        self._log.close()
-        self.proc = None
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        kill_orphans(family, front.notes, "%s process" % name)
+    front._log.close()
+    front.proc = None
 
 
 def http_request(port, method, uri, body=None, timeout=30.0, headers=()):
@@ -504,6 +523,24 @@ def http_request(port, method, uri, body=None, timeout=30.0, headers=()):
     text = head.decode("latin-1")
     m = re.match(r"HTTP/1\.\d (\d+)", text)
     return (int(m.group(1)) if m else 0), text, rest, seconds
+
+
+def check_upload_answer(status, answer, size, check, expect):
+    """"ok", or what is wrong with the upload app's JSON answer for a ``size``-byte body read
+    with read(65536) (``check``: len or sha256, ``expect`` the sha256)."""
+    try:
+        app = json.loads(answer)
+    except ValueError:
+        app = None
+    if status != 200 or not app:
+        return "status %d: %r" % (status, answer[:120])
+    if app["length"] != size:
+        return "length %d != %d" % (app["length"], size)
+    if app["pieces"] != -(-size // 65536) or app.get("violations"):
+        return "read(65536) contract broken: %d pieces" % app["pieces"]
+    if check == "sha256" and app["sha256"] != expect:
+        return "sha256 mismatch"
+    return "ok"
 
 
 def run_ab(port, conns, duration, timeout):
@@ -661,20 +698,7 @@ def _apache_scenarios(kinds, backends, apache, cfg, out):
                     break
                 one["seconds"] = round(secs, 4)
                 one["status"] = status
-                try:
-                    app = json.loads(answer)
-                except ValueError:
-                    app = None
-                if status != 200 or not app:
-                    one["check"] = "status %d: %r" % (status, answer[:120])
-                elif app["length"] != size:
-                    one["check"] = "length %d != %d" % (app["length"], size)
-                elif app["pieces"] != -(-size // 65536) or app.get("violations"):
-                    one["check"] = "contract broken: %d pieces" % app["pieces"]
-                elif check == "sha256" and app["sha256"] != expect:
-                    one["check"] = "sha256 mismatch"
-                else:
-                    one["check"] = "ok"
+                one["check"] = check_upload_answer(status, answer, size, check, expect)
                 r["runs"].append(one)
         r.update(sampler.as_dict())
         good = [x for x in r["runs"] if x.get("check") == "ok"]

@@ -41,6 +41,10 @@ HELLO_RUNS = (("new", 0, False), ("keep", 0, True), ("new_1conn", 1, False),
               ("keep_1conn", 1, True))
 HELLO_LABELS = {"new": "new connection per request", "keep": "KEEP_CONN",
                 "new_1conn": "new connection per request", "keep_1conn": "KEEP_CONN"}
+# All parts, and what --quick runs (under 3 minutes): the fronts and FastCGI's instruction
+# counts.
+PARTS = ("fronts", "callgrind", "hello", "upload", "download", "syscalls", "scgi", "ajp")
+QUICK_PARTS = ("fronts", "callgrind")
 KIND_LABEL = {"flup": "flup 1.0.3", "pure": "flupfast pure", "compiled": "flupfast compiled"}
 
 # Every wait is bounded by one of these.
@@ -250,6 +254,8 @@ class Server:
         self.proc = None
         self.error = None
         self.notes = []
+        self.start_timeout = START_TIMEOUT   # longer under valgrind (bench/callgrind.py)
+        self.stop_grace = STOP_GRACE
 
     def command(self):
         bind = "127.0.0.1:%d" % self.port if self.port else "unix:" + self.sock_path
@@ -275,7 +281,7 @@ class Server:
         self.proc = subprocess.Popen(self.command(), cwd=str(ROOT), env=self.env(),
                                      stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.error = "exited with status %s before answering: %s" % (
@@ -289,7 +295,7 @@ class Server:
                     pass
             time.sleep(0.05)
         else:
-            self.error = "did not listen within %.0f s" % START_TIMEOUT
+            self.error = "did not listen within %.0f s" % self.start_timeout
             return False
         res = client.run(self.address, "hello", count=1, proto=self.protocol,
                          deadline=max(1.0, deadline - time.monotonic()))
@@ -322,31 +328,37 @@ class Server:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(STOP_GRACE)
+                proc.wait(self.stop_grace)
             except subprocess.TimeoutExpired:
                 # flup's prefork parent sleeps in select() through SIGTERM until a connection
                 # arrives (peers-and-protocols.md 1.5 #2): poke it once.
                 with contextlib.suppress(OSError):
                     _connect(self.address)
                 try:
-                    proc.wait(STOP_GRACE)
+                    proc.wait(self.stop_grace)
                 except subprocess.TimeoutExpired:
                     self.notes.append("did not exit within %.0f s of SIGTERM: SIGKILL"
-                                      % (2 * STOP_GRACE))
+                                      % (2 * self.stop_grace))
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(proc.pid, signal.SIGKILL)
                     proc.wait(5)
-            # Children still alive after their parent went: by PID, checking the start time.
-            end = time.monotonic() + STOP_GRACE
-            for pid, started in family.items():
-                while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    time.sleep(0.05)
-                if (_proc_stat(pid) or (0, 0, None))[2] == started:
-                    self.notes.append("child %d outlived its parent: SIGKILL" % pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            kill_orphans(family, self.notes, "child")
         self._log.close()
         self.proc = None
+
+
+def kill_orphans(family, notes, label):
+    """Processes of ``family`` ({pid: start time}) still alive after their parent went (or
+    STOP_GRACE later): SIGKILL by PID, the start time checked so a reused PID is left alone;
+    each noted in ``notes``."""
+    end = time.monotonic() + STOP_GRACE
+    for pid, started in family.items():
+        while time.monotonic() < end and (_proc_stat(pid) or (0, 0, None))[2] == started:
+            time.sleep(0.05)
+        if (_proc_stat(pid) or (0, 0, None))[2] == started:
+            notes.append("%s %d outlived its parent: SIGKILL" % (label, pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # -- the load client -------------------------------------------------------------------------
@@ -963,6 +975,12 @@ def evaluate_targets(results):
     return out
 
 
+def all_targets(results):
+    from bench import fronts, protocols
+    return fronts.evaluate_targets(results) + evaluate_targets(results) + \
+        protocols.evaluate_targets(results)
+
+
 def render_markdown(results):
     kinds = results["kinds"]
     m = results["survey"]["machine"]
@@ -970,17 +988,28 @@ def render_markdown(results):
              "Run %s, %s mode, in %.0f s." % (results["started"], "quick" if
                                                results["config"]["quick"] else "full",
                                                results["elapsed_seconds"]), "",
-             "Machine: %d CPUs (%s), Linux %s, Python %s; load average at start %s." % (
-                 m["nproc"], m["cpu"], m["kernel"], m["python"], m["loadavg_at_start"]),
+             "Machine: %d CPUs (%s), Linux %s, Python %s; load average (1, 5, 15 min) at "
+             "start %s, at the end %s." % (
+                 m["nproc"], m["cpu"], m["kernel"], m["python"], m["loadavg_at_start"],
+                 m.get("loadavg_at_end", "?")),
+             "uWSGI %s, nginx %s, Apache %s, load client %s." % (
+                 results["survey"].get("uwsgi") or "missing",
+                 results["survey"].get("nginx_version") or "missing",
+                 results["survey"].get("apache2_version") or "missing",
+                 "wrk" if results["survey"].get("wrk") else "ab -k" if
+                 results["survey"].get("ab") else "missing"),
              "flup %s; flupfast %s (git %s); compiled backend: %s." % (
                  results["survey"].get("flup"), results["survey"].get("flupfast"),
                  results["survey"].get("git", "?"),
                  "built" if results["survey"].get("compiled") else "NOT BUILT"), "",
              ]
+    from bench import callgrind, fronts, protocols
+    lines += fronts.render_section(results)
+    lines += callgrind.render_section(results, kinds)
     if results.get("hello") or any(results.get("transfers", {}).values()) or \
             results.get("syscalls"):
-        lines += ["## FastCGI (Unix socket)", "", render_table(results, kinds), ""]
-    from bench import protocols
+        lines += ["## FastCGI direct, no front (Unix socket, fcgi_load)", "",
+                  render_table(results, kinds), ""]
     lines += protocols.render_sections(results)
     if results.get("targets"):
         lines += ["## Targets", ""]
@@ -1020,8 +1049,7 @@ class Config:
         self.flup_full_download_timeout = args.flup_full_timeout
         self.modes = args.modes.split(",")
         # SCGI and AJP rows (bench/protocols.py)
-        self.proto_levels = args.log_levels.split(",") if args.log_levels else (
-            ["INFO"] if quick else ["INFO", "WARNING"])
+        self.proto_levels = args.log_levels.split(",") if args.log_levels else ["INFO"]
         self.proto_duration = args.duration or (1.0 if quick else 3.0)
         # flup's AJP upload costs ~40 ms per body packet (Nagle): measured at these sizes
         # (MiB) and extrapolated to --upload-mib; a run longer than flup_ajp_timeout is cut.
@@ -1029,6 +1057,20 @@ class Config:
         self.flup_apache_upload_mib = 2 if quick else 20
         self.flup_ajp_timeout = 30.0 if quick else 150.0
         self.flup_ajp_syscall_requests = 50 if quick else 200
+        # behind real fronts (bench/fronts.py)
+        self.front_rounds = args.rounds or (1 if quick else 3)
+        self.front_duration = args.duration or (1.0 if quick else 2.0)
+        self.front_app_duration = 1.0 if quick else 2.0
+        self.front_warmup = 0 if quick else 1.0
+        self.front_transfer_size = (20 if quick else 100) * MIB
+        self.front_transfer_runs = 1 if quick else 3   # the last one is sha256-checked
+        self.front_nokeep = not quick   # the "compiled, keep_conn off" column
+        self.front_transfer_timeout = 20.0 if quick else 60.0
+        # flup's quadratic FastCGI download and Nagle-bound AJP upload, measured smaller
+        self.front_flup_slow_size = (2 if quick else 10) * MIB
+        # instruction counts (bench/callgrind.py)
+        self.callgrind_n = args.callgrind_n or (300 if quick else 500)
+        self.callgrind_protocols = ("fcgi",) if quick else ("fcgi", "scgi", "ajp")
 
     def as_dict(self):
         return {"quick": self.quick, "conns": self.conns, "rounds": self.rounds,
@@ -1039,22 +1081,40 @@ class Config:
                 "proto_levels": self.proto_levels, "proto_duration": self.proto_duration,
                 "flup_ajp_upload_mib": self.flup_ajp_upload_mib,
                 "flup_apache_upload_mib": self.flup_apache_upload_mib,
-                "flup_ajp_timeout": self.flup_ajp_timeout}
+                "flup_ajp_timeout": self.flup_ajp_timeout,
+                "front_rounds": self.front_rounds, "front_duration": self.front_duration,
+                "front_app_duration": self.front_app_duration,
+                "front_transfer_runs": self.front_transfer_runs,
+                "front_transfer_mib": self.front_transfer_size // MIB,
+                "front_flup_slow_mib": self.front_flup_slow_size // MIB,
+                "callgrind_n": self.callgrind_n,
+                "callgrind_protocols": list(self.callgrind_protocols)}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split(
         "\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs (< 3 minutes)")
+    parser.add_argument("--full", action="store_true",
+                        help="the whole matrix (the default; see bench/README.md)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="which servers (default flup,pure,compiled)")
     parser.add_argument("--modes", default="thread,fork", help="hello modes (thread,fork)")
-    parser.add_argument("--only", default="hello,upload,download,syscalls,scgi,ajp",
-                        help="which parts to run (FastCGI: hello,upload,download,syscalls; "
-                        "scgi; ajp, with Apache mod_proxy_ajp)")
+    parser.add_argument("--only", default="",
+                        help="which parts to run: fronts (behind nginx/Apache, vs flup and "
+                        "uWSGI), callgrind (instructions per request), and the direct ones: "
+                        "FastCGI hello,upload,download,syscalls; scgi; ajp (default: all; "
+                        "--quick: %s)" % ",".join(QUICK_PARTS))
     parser.add_argument("--log-levels", default="",
-                        help="SCGI/AJP servers' log levels (default: INFO in --quick, "
-                        "INFO,WARNING in the full run)")
+                        help="direct SCGI/AJP servers' log levels (default INFO, as flup "
+                        "runs by default; e.g. INFO,WARNING; the fronts run at WARNING)")
+    parser.add_argument("--groups", default="",
+                        help="fronts: which of fcgi-thread,fcgi-fork,scgi-fork,ajp-thread")
+    parser.add_argument("--callgrind-n", type=int, default=0,
+                        help="callgrind: N (and 2N) requests per count (default 300 in "
+                        "--quick, 500)")
+    parser.add_argument("--chart", default="",
+                        help="also write the chart here (the full run: bench/chart.png)")
     parser.add_argument("--conns", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument("--duration", type=float, default=0)
@@ -1071,16 +1131,18 @@ def main(argv=None):
     if args.render:
         with open(args.render) as f:
             results = json.load(f)
-        results["targets"] = evaluate_targets(results)
-        from bench import protocols
-        results["targets"] += protocols.evaluate_targets(results)
+        results["targets"] = all_targets(results)
         print(render_markdown(results))
         return 0
+    if args.quick and args.full:
+        parser.error("--quick or --full, not both")
     cfg = Config(args.quick, args)
-    only = set(args.only.split(","))
+    only = set(args.only.split(",")) if args.only else set(QUICK_PARTS if args.quick
+                                                            else PARTS)
     started = time.time()
 
-    info = survey()
+    from bench import callgrind, fronts, protocols
+    info = fronts.survey(survey())
     for item in info["missing"]:
         log("missing: " + item)
     for note in info["notes"]:
@@ -1090,19 +1152,40 @@ def main(argv=None):
         return 2
     kinds = [k for k in args.kinds.split(",") if k in KINDS]
     notes = []
+    absent = {}   # kind -> why it is not run, shown in the fronts' cells
     if "flup" in kinds and not info["flup"]:
         kinds.remove("flup")
+        absent["flup"] = "flup 1.0.3 is not installed"
         notes.append("flup is not installed: no comparison (pip install flup==1.0.3)")
     if "compiled" in kinds and not info["compiled"]:
         kinds.remove("compiled")
+        absent["compiled"] = "the compiled backend is not built"
         notes.append("compiled backend skipped: flupfast._speedups is not built "
                      "(pip install -e . --no-build-isolation)")
     results = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "survey": info,
                "config": cfg.as_dict(), "kinds": kinds, "modes": cfg.modes, "notes": notes}
 
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save(final=False):
+        # after every part, so an interrupted run keeps what it measured
+        results["elapsed_seconds"] = round(time.time() - started, 1)
+        results["complete"] = final
+        (out / "latest.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+
     workdir = tempfile.mkdtemp(prefix="flupfast-bench-")
     try:
         client = LoadClient(workdir)
+        if "fronts" in only:
+            log("behind real fronts (nginx, Apache), vs flup and uWSGI")
+            fronts.run_fronts(info, kinds, absent, client, workdir, cfg, results,
+                              args.groups.split(",") if args.groups else None)
+            save()
+        if "callgrind" in only:
+            callgrind.run_callgrind(kinds, cfg.callgrind_protocols, cfg.callgrind_n, client,
+                                    workdir, results)
+            save()
         if "hello" in only:
             log("hello world, %d connections, %d round(s) of %.1f s" % (
                 cfg.conns, cfg.rounds, cfg.duration))
@@ -1153,8 +1236,8 @@ def main(argv=None):
                     scf[kind] = bench_syscalls(kind, client, workdir, cfg, mode="fork",
                                                keep=False, count=1000)
                     log("    %s" % scf[kind])
+        save()
         if "scgi" in only or "ajp" in only:
-            from bench import protocols
             strace = "syscalls" in only and bool(info["strace"])
             if "scgi" in only:
                 protocols.run_scgi(kinds, client, workdir, cfg, results, strace)
@@ -1162,17 +1245,21 @@ def main(argv=None):
                 protocols.run_ajp(kinds, client, workdir, cfg, results, strace)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    results["elapsed_seconds"] = round(time.time() - started, 1)
-    results["targets"] = evaluate_targets(results)
-    from bench import protocols
-    results["targets"] += protocols.evaluate_targets(results)
+    with contextlib.suppress(OSError), open("/proc/loadavg") as f:
+        results["survey"]["machine"]["loadavg_at_end"] = " ".join(f.read().split()[:3])
+    results["targets"] = all_targets(results)
+    save(final=True)
     md = render_markdown(results)
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "latest.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "latest.md").write_text(md)
     print(md)
-    log("wrote %s and %s" % (out / "latest.json", out / "latest.md"))
+    from bench import chart
+    charts = [out / "chart.png"] + ([Path(args.chart)] if args.chart else [])
+    made = chart.draw(results, charts)
+    log("wrote %s" % ", ".join(str(p) for p in [out / "latest.json", out / "latest.md"] +
+                               (charts if made is True else [])))
+    if made is not True:
+        log("no chart: %s" % made)
+    log("done in %.0f s" % results["elapsed_seconds"])
     return 0
 
 

@@ -31,6 +31,31 @@ DIFFERENCES = [
         'maxwrite = 65536 (records of 65528 bytes), headers and first body bytes in one send',
         'eight times fewer records and syscalls; a subclass may still set maxwrite = 8192'),
     Difference(
+        'fastcgi-strict-records', 'fcgi_base.py:381-407, :468-500, :793-807',
+        'ignores the version byte of a record, and decodes a name-value pair whose length runs '
+        'past its PARAMS record into a short value: both requests are served (the second with '
+        'default params and "missing FastCGI param" warnings)',
+        'closes the connection with a log line naming the fault ("unsupported FastCGI version '
+        '2", "name-value pair runs past the end of PARAMS")',
+        'a lenient parser hides broken peers and misreads the rest of the stream'),
+    Difference(
+        'fastcgi-nagle', 'fcgi_base.py:520-536',
+        'sends each record as header, content and padding in three send() calls, without '
+        'TCP_NODELAY: about 40 ms per response on a kept TCP connection (Nagle and delayed ACK)',
+        'TCP_NODELAY on TCP peers; a response\'s records, END_REQUEST included, in one sendmsg',
+        'nginx fastcgi_keep_conn and Apache enablereuse=on are the fast configurations'),
+    Difference(
+        'fastcgi-multiplexed-input', 'fcgi_base.py:250-274, :904-909',
+        'multiplexed=True reads every STDIN record into memory as it arrives, however slowly '
+        'the app reads, then shrinks the buffer by copying it (quadratic)',
+        'holds a multiplexed body in memory up to 1 MiB, then in an anonymous temporary file',
+        'memory stays flat for a large upload'),
+    Difference(
+        'fastcgi-multiplexed-overloaded', 'fcgi_base.py:891-895',
+        'when a thread for a multiplexed request cannot start, raises NameError (thread.error)',
+        'answers END_REQUEST(FCGI_OVERLOADED) and logs it, as flup means to',
+        'what flup means to do'),
+    Difference(
         'cgi-detection', 'fcgi_base.py:1025',
         'crashes with OSError(ENOTSOCK) on Python >= 3.8 when run as plain CGI',
         'detects CGI and serves the request; CGI stdin is binary and bounded by CONTENT_LENGTH',
@@ -47,10 +72,22 @@ DIFFERENCES = [
         'readline(size) returns at most size bytes, -1/None mean no limit, read(None) reads all',
         'io semantics that multipart parsers rely on'),
     Difference(
+        'linear-streams', 'fcgi_base.py:136-141, :175-204, :291-302; ajp_base.py:583-594',
+        'joins its input buffer on every record while readline() looks for a newline, and '
+        'slices a large response by copying the rest each time: both quadratic (3 s for a '
+        '20 MB line, 22 s for a 40 MB response)',
+        'reads and frames through memoryviews: linear',
+        'multipart parsers call readline() on binary file parts'),
+    Difference(
         'wsgi-errors-tee-bytes', 'fcgi_base.py:1088',
         'with bindAddress set, writing bytes to wsgi.errors raises TypeError',
         'accepts bytes and str',
         'bytes are valid for FCGI_STDERR'),
+    Difference(
+        'start-response-checks', 'fcgi_base.py:1111-1164 (and scgi_base, ajp_base)',
+        'checks status and headers with assert statements, which python -O removes',
+        'raises the same AssertionErrors with the same messages, also under -O',
+        'an app must not emit a malformed response because the interpreter runs optimised'),
     Difference(
         'prefork-pool-growth', 'preforkserver.py:184',
         'compares the status byte with a str: the pool never grows past maxSpare',
@@ -68,12 +105,25 @@ DIFFERENCES = [
         'counts requests',
         'recycling must work behind fastcgi_keep_conn'),
     Difference(
+        'prefork-sock-timeout', 'preforkserver.py:133',
+        'passes sockTimeout to setblocking() on the listening socket: any non-zero value just '
+        'makes it blocking',
+        'uses it as the timeout of each accepted socket (0: blocking), as documented',
+        'what the docstring says'),
+    Difference(
         'scgi-bounded-input', 'scgi_base.py:265-269',
         'hands the app the socket file: read(), readline() or iteration past the body waits '
         'until the web server gives up; an empty body is a text StringIO (read() returns "")',
         'wsgi.input ends at CONTENT_LENGTH (bytes, the same stream as FastCGI\'s); a body '
         'shorter than CONTENT_LENGTH raises ClientDisconnected in the app and logs one warning',
         'a readline loop whose last line has no newline must end; WSGI input is bytes'),
+    Difference(
+        'scgi-lingering-close', 'scgi_base.py:242, :285-286',
+        'closes the socket with request body bytes still unread; the kernel then sends a '
+        'reset, which can destroy the response before the web server has read it',
+        'half-closes, discards what the web server still sends for a bounded time, then '
+        'closes, so the response always arrives',
+        'an app may answer without reading the body (a 413, a redirect, an auth failure)'),
     Difference(
         'scgi-netstring-strict', 'scgi_base.py:84-117, :252-262',
         'reads the length one recv(1) per digit and accepts leading zeros, signs and spaces '
@@ -125,9 +175,10 @@ DIFFERENCES = [
         'Apache and mod_jk send these; Tomcat requires secrets by default'),
     Difference(
         'ajp-upload-speed', 'ajp_base.py:309-314, :349-356',
-        'two send() calls per packet, no TCP_NODELAY, 8 KiB GET_BODY_CHUNK requests: about '
-        '44 ms per body chunk behind Apache (0.3 MiB/s)',
-        'TCP_NODELAY, one send per batch of packets, GET_BODY_CHUNK for up to 65530 bytes',
+        'two send() calls per packet and no TCP_NODELAY: about 44 ms per body chunk behind '
+        'Apache (0.3 MiB/s); asks GET_BODY_CHUNK for min(remaining, 0xFFFF) bytes, more '
+        'than one packet carries',
+        'TCP_NODELAY, one send per batch of packets, GET_BODY_CHUNK for at most 65530 bytes',
         'a 100 MiB upload took minutes'),
     Difference(
         'ajp-response-framing', 'ajp_base.py:575-594, :551-573',
@@ -141,6 +192,13 @@ DIFFERENCES = [
         'keeps the last of repeated request headers',
         'joins them with ", " (a repeated Content-Length is rejected)',
         'RFC 9110 5.3; the last value alone loses data'),
+    Difference(
+        'ajp-null-strings', 'ajp_base.py:164-174',
+        'decodes a null string (length 0xFFFF) as "", so a header or attribute sent as null '
+        'appears in environ with an empty value',
+        'leaves such a header or attribute out of environ; the five fixed request fields '
+        '(protocol, URI, remote address and host, server name) stay "" as in flup',
+        'null means "not sent" in AJP13; an empty REMOTE_USER is not an absent one'),
     Difference(
         'ajp-strict-packets', 'ajp_base.py:170-215, :670-730',
         'accepts a Content-Length int() accepts ("+5", " 5", "1_0"), skips string NULs '
@@ -158,11 +216,92 @@ DIFFERENCES = [
         'also binds IPv6 (a 4-tuple) and Unix sockets (a str)',
         'additive'),
     Difference(
+        'threaded-stop-kept-connection', 'fcgi.py:146-149, scgi.py:191-195, threadpool.py:106-117',
+        'on SIGTERM/SIGINT/SIGHUP, run() joins every worker thread, so a FastCGI KEEP_CONN '
+        'connection or an SCGI connection still open keeps the process alive until the web '
+        'server closes it',
+        'ends idle connections\' waits and returns within a second',
+        'mod_fcgid and service managers expect SIGTERM to stop the process'),
+    Difference(
+        'threadpool-job-exceptions', 'threadpool.py:134-139',
+        'swallows any exception a job raises, silently',
+        'logs it with its traceback and keeps the worker',
+        'a FastCGI connection that dies of an unexpected error should leave a trace'),
+    Difference(
         'single-mode-stop-idle', 'singleserver.py:88-93',
         'a SIGTERM while a persistent connection (AJP, FastCGI KEEP_CONN) is open waits '
         'until the web server closes it',
         'ends the idle connection\'s wait and stops within a second',
         'mod_fcgid and service managers expect SIGTERM to stop the process'),
+    # -- flup's cgi, paste_factory and clients, and the protocol helpers (issue 5) --------------
+    Difference(
+        'cgi-server-bytes', 'cgi.py:21,40-45',
+        'writes the status, headers and body as str to sys.stdout: a bytes body raises '
+        'TypeError on Python 3; wsgi.input is text-mode sys.stdin, not bounded',
+        'writes bytes to sys.stdout.buffer (str values encoded latin-1 as the other servers); '
+        'wsgi.input is binary stdin ending at CONTENT_LENGTH',
+        'PEP 3333 bodies are bytes; a CGI app must be able to answer at all'),
+    Difference(
+        'cgi-server-errors', 'cgi.py:62-71',
+        'an exception from the app leaves run(): a traceback, exit status 1 and the web '
+        'server\'s own error ("End of script output before headers"); no Content-Length',
+        'prints the traceback to stderr, sends flup\'s 500 page when nothing was sent yet (the '
+        'FastCGI CGI fallback\'s behaviour) and returns; a one-item result gets a '
+        'Content-Length, as on every other flup server',
+        'one error policy and one Content-Length rule for every gateway'),
+    Difference(
+        'cgi-environ-latin1', 'cgi.py:17; fcgi_base.py:617',
+        'the CGI environ is dict(os.environ): values decoded by the locale, so a UTF-8 '
+        'PATH_INFO reaches the app as text ("caf\u00e9")',
+        'each byte of the environment becomes one latin-1 character ("caf\u00c3\u00a9"), as '
+        'PEP 3333 asks and as the same request over FastCGI arrives',
+        'an app must see the same environ whichever gateway runs it'),
+    Difference(
+        'paste-factory-py3', 'paste_factory.py:7,19,91,94,127,130',
+        'every runner raises NameError (unicode); socket= with host= and host= without port= '
+        'are assert statements (silent under -O)',
+        'the runners work; those two cases raise ValueError; each runner returns what run() '
+        'returns (True after SIGHUP)',
+        'the Paste entry points must work on Python 3'),
+    Difference(
+        'flup-clients', 'client/fcgi_app.py:337,356,390; client/scgi_app.py:109,140',
+        'FCGIApp and SCGIApp raise AttributeError (types.StringTypes) on every call; FCGIApp '
+        'uses an unimported sys for FCGI_STDERR; both read the whole response into memory and '
+        'drop a character of each header line that ends in a bare LF; FCGIApp(command=...) '
+        'raises NotImplementedError at the first request; an empty FCGI_DATA is sent',
+        'both work and stream the response body; CRLF and LF heads parse; a truncated or '
+        'malformed answer, or an END_REQUEST refusing the request, raises BackendError (a '
+        'ProtocolError); wsgi.input shorter than CONTENT_LENGTH raises OSError instead of '
+        'hanging the backend; command= raises NotImplementedError in the constructor; no '
+        'FCGI_DATA is sent (the responder role has none). Header names stay lower-cased as '
+        'flup\'s',
+        'flup\'s clients cannot run on Python 3; a proxy must not hold a large body in memory'),
+    Difference(
+        'connection-internals', 'fcgi_base.py:118-340,541-905; scgi_base.py:159-290; '
+        'ajp_base.py:316-770',
+        'each protocol module has its own Request/Connection/InputStream/OutputStream machinery '
+        'whose record-by-record methods (Connection.process_input, writeRecord, _do_*, '
+        'processInput, writePacket, Request.timeout_handler, ajp Request.set*/addHeader/'
+        'addAttribute) a subclass may override; Request(conn, inputStreamClass, timeout) '
+        'builds its streams from inputStreamClass',
+        'the classes exist with flup\'s constructor signatures and the server still builds '
+        'requests from server.request_class / requestClass, but one connection driver '
+        '(flupfast/connection.py) does the work: those methods do not exist and overriding them '
+        'changes nothing; inputStreamClass is ignored. fcgi_base.InputStream, '
+        'MultiplexedInputStream, OutputStream, Record and ajp_base.Packet work as flup\'s for '
+        'code that builds them (over flupfast\'s codecs and streams); ajp_base.InputStream is '
+        'flupfast\'s pull-based stream',
+        'flup copies that machinery three times; one driver is where the speed comes from'),
+    Difference(
+        'flup-adapters-strict', 'ajp_base.py:170-215,237-314; fcgi_base.py:429-536',
+        'decodeString/decodeRequestHeader/decodeAttribute skip the byte where a NUL belongs '
+        'unchecked and return short strings past the end of the data; Packet.read accepts any '
+        '16-bit length; Record.write sends contentLength as given even when contentData is '
+        'shorter, with self.version',
+        'a missing NUL or a string running past the data raises ProtocolError; Packet.read '
+        'refuses packets over 65536 bytes with their header (the codec\'s AJP_MAX_PACKET); '
+        'Record.write sends contentData[:contentLength] with its real length, as version 1',
+        'the helpers are the codec\'s checks under flup\'s names'),
     # Reliability (issue 8): overload, shutdown and timeouts.
     Difference(
         'threaded-pool-full', 'threadedserver.py:97-103',

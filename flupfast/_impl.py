@@ -1,31 +1,44 @@
 """The only place that picks the backend: the compiled twins in ``_speedups`` or the
 pure-Python ones. Every other module imports the hot classes from here.
 
-``FLUPFAST_SPEEDUPS``: ``auto`` (default; compiled if it imports), ``0``/``off`` (pure),
-``1``/``require`` (compiled, or ImportError saying how to build it).
+``FLUPFAST_SPEEDUPS``: ``auto`` (default, also when empty; compiled if it imports), ``0``
+(pure Python) or ``1`` (compiled, or ImportError saying how to get it); the aliases in
+PURE_VALUES and COMPILED_VALUES mean the same. Any other value is an ImportError naming them.
 """
 import os
 
-_choice = os.environ.get("FLUPFAST_SPEEDUPS", "auto").strip().lower()
+AUTO_VALUES = ("auto", "")
+PURE_VALUES = ("0", "off", "no", "false", "python", "pure")
+COMPILED_VALUES = ("1", "on", "yes", "true", "require", "cython")
 
-if _choice in ("0", "off", "no", "false", "python", "pure"):
+HOW_TO_BUILD = (
+    "This flupfast was installed without its compiled part (no wheel for this platform and no "
+    "working C compiler when it was built). To get it, install a C compiler and run `pip install "
+    "--force-reinstall --no-deps --no-cache-dir --no-binary flupfast flupfast` (in a checkout: "
+    "`pip install -e .`); or unset FLUPFAST_SPEEDUPS to use pure Python.")
+
+_raw = os.environ.get("FLUPFAST_SPEEDUPS", "auto")
+_choice = _raw.strip().lower()
+
+if _choice in PURE_VALUES:
     _speedups = None
-elif _choice in ("1", "on", "yes", "true", "require", "cython"):
+elif _choice in COMPILED_VALUES:
     try:
         from flupfast import _speedups
     except ImportError as exc:
         raise ImportError(
-            "FLUPFAST_SPEEDUPS=%s asks for the compiled backend, but flupfast._speedups "
-            "does not import (%s). Build it with a C compiler and Cython>=3: "
-            "`pip install --force-reinstall --no-binary flupfast flupfast` or, in a "
-            "checkout, `pip install -e .`." % (_choice, exc)) from exc
-elif _choice == "auto":
+            "FLUPFAST_SPEEDUPS=%s requires the compiled backend, but flupfast._speedups does "
+            "not import (%s). %s" % (_raw, exc, HOW_TO_BUILD)) from exc
+elif _choice in AUTO_VALUES:
     try:
         from flupfast import _speedups
     except ImportError:
         _speedups = None
 else:
-    raise ImportError("FLUPFAST_SPEEDUPS must be auto, 0 or 1, not %r" % _choice)
+    raise ImportError(
+        "FLUPFAST_SPEEDUPS=%r is not one of: auto (default), 0 (pure Python), 1 (compiled, "
+        "required); aliases of 0: %s; of 1: %s"
+        % (_raw, ", ".join(PURE_VALUES[1:]), ", ".join(COMPILED_VALUES[1:])))
 
 if _speedups is not None:
     from flupfast._speedups import FastCGIParser, InputStream, frame_stdout  # noqa: F401

@@ -72,4 +72,5 @@ def serve_child(
     is_client_allowed: Callable[[Any], bool],
     max_requests: int = ...,
     client_timeout: Optional[float] = ...,
+    board: Optional[Any] = ...,
 ) -> None: ...

@@ -15,7 +15,7 @@ Errors and constants are imported from the pure modules, never redefined.
 # it (and covered by the byte-at-a-time and fuzz tests), so the checks cost nothing there.
 
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.bytes cimport (

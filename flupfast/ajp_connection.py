@@ -9,9 +9,9 @@ import collections
 import datetime
 import logging
 
-from flupfast import _impl
+from flupfast import _impl, fastlog
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, request_deadline
+from flupfast.connection import LoggedConnection, request_deadline, server_stopping
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
 from flupfast.output import (OVERLOADED_BODY, OVERLOADED_HEADERS, OVERLOADED_REASON,
@@ -20,6 +20,7 @@ from flupfast.protocols import ajp
 from flupfast.protocols.errors import AJPError
 
 LoggerName = 'ajp-wsgi'
+_logger = logging.getLogger(LoggerName)
 
 
 def body_chunk_size(packet_size):
@@ -92,15 +93,17 @@ class AJPRequest:
         self.environ = {}
         self.input = None
         self._headersSent = False
-        self.logger = logging.getLogger(LoggerName)
+        self.logger = _logger
 
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was
         sent yet (flup ajp_base.py:480-508; the END_RESPONSE is the connection's)."""
         environ = self.environ
         logger = self.logger
-        logger.info('%s %s', environ['REQUEST_METHOD'], environ['REQUEST_URI'])
-        start = datetime.datetime.now()
+        fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], environ['REQUEST_URI'])
+        debug = logger.isEnabledFor(logging.DEBUG)
+        if debug:
+            start = datetime.datetime.now()
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
@@ -111,7 +114,7 @@ class AJPRequest:
             logger.exception('Exception caught from handler')
             if not self._headersSent:
                 self._conn.server.error(self)
-        if logger.isEnabledFor(logging.DEBUG):
+        if debug:
             elapsed = datetime.datetime.now() - start
             logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'],
                          environ['REQUEST_URI'], elapsed.total_seconds())
@@ -218,7 +221,7 @@ class AJPConnection(LoggedConnection):
             if self.idle and self.idle_check is not None and self.idle_check():
                 return
             try:
-                payload = self._next_packet()
+                payload = None if server_stopping(self.server) else self._next_packet()
             finally:
                 self.idle = False
             if payload is None:

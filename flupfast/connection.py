@@ -27,6 +27,8 @@ from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
 logger = logging.getLogger('flupfast')
+# name -> logger: logging.getLogger takes the module's lock on every call.
+_loggers = {}
 
 _INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
 
@@ -42,6 +44,12 @@ def _receive_buffer():
         buf = _thread_state.recv_buf = bytearray(RECV_BUFFER_SIZE)
         _thread_state.recv_view = memoryview(buf)
     return buf, _thread_state.recv_view
+
+
+def server_stopping(server):
+    """The server has been told to stop. A connection checks it as it goes idle: a single-mode
+    stop that came while it was still answering found it busy and left it running."""
+    return not getattr(server, '_keepGoing', True)
 
 
 class Connection:
@@ -148,7 +156,10 @@ class LoggedConnection(Connection):
         super().__init__(sock, addr)
         self.server = server
         self._timeout = timeout
-        self.logger = logging.getLogger(logger_name)
+        logger = _loggers.get(logger_name)
+        if logger is None:
+            logger = _loggers[logger_name] = logging.getLogger(logger_name)
+        self.logger = logger
         self.served = 0
 
     def _timed_out(self, message):
@@ -600,7 +611,7 @@ class FastCGIConnection(Connection):
                 if self.idle and self.idle_check is not None and self.idle_check():
                     return
                 try:
-                    if not self._read_events():
+                    if (self.idle and server_stopping(self.server)) or not self._read_events():
                         return
                 finally:
                     self.idle = False

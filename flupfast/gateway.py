@@ -147,7 +147,10 @@ class Response:
                 exc_info = None  # no reference cycle through the frame
         elif self.status is not None:
             raise AssertionError('Headers already set!')
-        status = _to_bytes(status, 'Status must be a string')
+        if type(status) is str:
+            status = status.encode('latin-1')
+        else:
+            status = _to_bytes(status, 'Status must be a string')
         if len(status) < 4:
             raise AssertionError('Status must be at least 4 characters')
         try:
@@ -162,8 +165,15 @@ class Response:
             raise AssertionError('Headers must be a list')
         headers = []
         for name, value in response_headers:
-            name = _to_bytes(name, 'Header name "%s" must be bytes' % (name,))
-            value = _to_bytes(value, 'Value of header "%s" must be bytes' % (name,))
+            # str is the WSGI norm: encoded inline; anything else through _to_bytes' checks.
+            if type(name) is str:
+                name = name.encode('latin-1')
+            elif type(name) is not bytes:
+                name = _to_bytes(name, 'Header name "%s" must be bytes' % (name,))
+            if type(value) is str:
+                value = value.encode('latin-1')
+            elif type(value) is not bytes:
+                value = _to_bytes(value, 'Value of header "%s" must be bytes' % (name,))
             headers.append((name, value))
         self.status = status
         self.headers = headers
@@ -174,7 +184,8 @@ class Response:
         self.send(data, False)
 
     def send(self, data, more):
-        data = _to_bytes(data, 'write() argument must be bytes')
+        if type(data) is not bytes:
+            data = _to_bytes(data, 'write() argument must be bytes')
         if self.headers_sent:
             if data:
                 self.responder.send_body(data, more)

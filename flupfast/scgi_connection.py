@@ -6,16 +6,20 @@ protocols/scgi.py or its compiled twin; the socket plumbing and the logged loop 
 Log messages and levels are flup's (logger ``scgi-wsgi``), so a site's logging keeps working.
 """
 import datetime
+import io
 import logging
 
-from flupfast import _impl
+from flupfast import _impl, fastlog
+from flupfast import body as _body_module
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, RawOutputStream, request_deadline
+from flupfast.connection import (LoggedConnection, RawOutputStream, request_deadline,
+                                 server_stopping)
 from flupfast.gateway import is_peer_gone
 from flupfast.output import OVERLOADED_CGI_RESPONSE
 from flupfast.protocols.errors import SCGIError
 
 LoggerName = 'scgi-wsgi'
+_logger = logging.getLogger(LoggerName)
 
 
 class _BodySource:
@@ -45,6 +49,50 @@ class _BodySource:
         return bytes(data)
 
 
+class _RawBody(io.RawIOBase):
+    """The body as a raw stream for the pure backend's wsgi.input: ``readinto`` receives
+    straight into the caller's buffer, never past CONTENT_LENGTH. Under ``_BufferedBody``
+    (C ``io.BufferedReader``, what flup hands the app) ``readline`` and ``read`` run in C."""
+
+    def __init__(self, conn, first, content_length):
+        self._conn = conn
+        self._first = first
+        self._offset = 0
+        self.left = content_length - len(first)
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        first = self._first
+        if first:
+            n = min(len(buffer), len(first) - self._offset)
+            buffer[:n] = first[self._offset:self._offset + n]
+            self._offset += n
+            if self._offset == len(first):
+                self._first = None
+            return n
+        if self.left <= 0:
+            return 0
+        view = memoryview(buffer)
+        if len(view) > self.left:
+            view = view[:self.left]
+        n = self._conn._sock.recv_into(view)
+        if not n:
+            raise ClientDisconnected('the web server closed the connection with %d bytes of '
+                                     'the body (CONTENT_LENGTH) still to come' % self.left)
+        self.left -= n
+        return n
+
+
+class _BufferedBody(io.BufferedReader):
+    """wsgi.input of the pure backend: closing it (WSGI allows that) leaves it readable,
+    as the compiled stream does."""
+
+    def close(self):
+        pass
+
+
 class SCGIRequest:
     """One SCGI request (flup's ``scgi_base.Request``: ``environ``, ``stdin``, ``stdout``
     and ``run``, the names a ``handler``/``error`` override uses)."""
@@ -54,16 +102,18 @@ class SCGIRequest:
         self.environ = environ
         self.stdin = input
         self.stdout = output
-        self.logger = logging.getLogger(LoggerName)
+        self.logger = _logger
 
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was
         sent yet (flup scgi_base.py:150-175)."""
         environ = self.environ
         logger = self.logger
-        logger.info('%s %s%s', environ['REQUEST_METHOD'], environ.get('SCRIPT_NAME', ''),
-                    environ.get('PATH_INFO', ''))
-        start = datetime.datetime.now()
+        fastlog.info(logger, '%s %s%s', environ['REQUEST_METHOD'],
+                     environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''))
+        debug = logger.isEnabledFor(logging.DEBUG)
+        if debug:
+            start = datetime.datetime.now()
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
@@ -76,7 +126,7 @@ class SCGIRequest:
                 logger.exception('Exception caught from handler')
                 if not self.stdout.dataWritten:
                     self._conn.server.error(self)
-        if logger.isEnabledFor(logging.DEBUG):
+        if debug:
             elapsed = datetime.datetime.now() - start
             logger.debug('%s %s%s done (%.3f secs)', environ['REQUEST_METHOD'],
                          environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''),
@@ -93,7 +143,11 @@ class SCGIConnection(LoggedConnection):
 
     def _read_header(self):
         """The header netstring: (environ, content_length, body bytes received with it)."""
-        data = self.recv_some()
+        self.idle = True  # no request byte yet: a single-mode stop may end the wait
+        try:
+            data = b'' if server_stopping(self.server) else self.recv_some()
+        finally:
+            self.idle = False
         if not data:
             raise EOFError  # closed before a request: a health check, not an error
         decoded = _impl.decode_scgi_request(data)
@@ -113,8 +167,13 @@ class SCGIConnection(LoggedConnection):
 
     def _serve(self):
         environ, content_length, first = self._read_header()
-        self._body = body = _BodySource(self, first, content_length)
-        stdin = _impl.InputStream(body)
+        if _impl.InputStream is _body_module.InputStream:
+            # Pure backend: C's BufferedReader over the socket beats a Python readline.
+            self._body = raw = _RawBody(self, first, content_length)
+            stdin = _BufferedBody(raw, 32768)
+        else:
+            self._body = body = _BodySource(self, first, content_length)
+            stdin = _impl.InputStream(body)
         output = RawOutputStream(self)
         req = self.server.requestClass(self, environ, stdin, output)
         with request_deadline(self._timeout, self._timed_out):

@@ -4,6 +4,7 @@ sends (FORWARD_REQUEST, body chunks, CPING) and reads the container's packets ba
 Independent of the codec under test: it is written from the spec (ajpv13a.html) and httpd's
 ajp_header.c, and only borrows flup's tables for the codes.
 """
+import socket
 import struct
 
 from flupfast.protocols import ajp
@@ -213,3 +214,50 @@ class Response:
             if key.lower() == name:
                 return value
         return None
+
+
+class WebServer:
+    """One web-server connection to an AJP container: ``exchange`` sends a request and answers
+    the container's GET_BODY_CHUNKs from ``rest`` until END_RESPONSE. ``source`` binds the
+    client end first (an allow-list test connects from 127.0.0.2)."""
+
+    def __init__(self, address, timeout=20, source=None, max_chunk=0xFFFF - 2):
+        # ``max_chunk``: the most body data sent per packet, whatever the container asks for
+        # (flup asks for up to 0xFFFF); by default what a packet can carry, 8186 for Apache's
+        # default 8 KiB packets.
+        self.max_chunk = max_chunk
+        family = socket.AF_INET6 if ':' in address[0] else socket.AF_INET
+        self.sock = socket.socket(family)
+        self.sock.settimeout(timeout)
+        if source:
+            self.sock.bind((source, 0))
+        self.sock.connect(address)
+        self.buf = b''
+
+    def exchange(self, wire, rest=b''):
+        """The Response, or None when the container closed without one."""
+        self.sock.sendall(wire)
+        return self.receive(rest)
+
+    def receive(self, rest=b''):
+        """Read the container's packets up to END_RESPONSE (or a CPONG), answering its
+        GET_BODY_CHUNKs from ``rest`` (then with empty chunks); None at EOF before any."""
+        rest = memoryview(rest)
+        packets = []
+        while True:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                return Response(packets) if packets else None
+            self.buf += data
+            new, self.buf = read_container_packets(self.buf)
+            for item in new:
+                packets.append(item)
+                if item[0] == 'get_body':
+                    n = min(item[1], len(rest), self.max_chunk)
+                    self.sock.sendall(body_packet(bytes(rest[:n])))
+                    rest = rest[n:]
+                elif item[0] == 'end' or (item[0] == 'cpong' and len(packets) == 1):
+                    return Response(packets)
+
+    def close(self):
+        self.sock.close()

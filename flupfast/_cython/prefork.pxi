@@ -1,28 +1,73 @@
 # The prefork child's accept -> serve -> report loop, compiled twin of
 # flupfast/serving/prefork.py:serve_child (same signature, same behaviour).
 #
-# What it does in C: the wait (epoll_wait with EPOLLEXCLUSIVE on the shared listening socket, the
-# GIL released) and the one-byte status reports to the parent (send(2)). The accept itself stays
+# What it does in C: the wait (epoll_wait with EPOLLEXCLUSIVE on the shared listening socket, or
+# poll(2) where there is no epoll; the GIL released) and the one-byte status reports to the
+# parent (send(2)). The accept itself stays
 # Python's socket.accept(), which builds the address in Python's own format; the job is Python.
-
-cdef extern from "<sys/epoll.h>" nogil:
-    cdef union epoll_data_t "epoll_data":
-        int fd
-    cdef struct epoll_event:
-        unsigned int events
-        epoll_data_t data
-    int epoll_create1(int flags)
-    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
-    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout)
-    int EPOLL_CTL_ADD
-    int EPOLL_CLOEXEC
-    unsigned int EPOLLIN
-    unsigned int EPOLLOUT
 
 cdef extern from *:
     """
-    #include <sys/epoll.h>
     #include <sys/socket.h>
+    #if defined(__linux__) && !defined(FLUPFAST_NO_EPOLL)
+    #include <sys/epoll.h>
+    #else
+    /* No epoll (macOS, the BSDs; or forced with -DFLUPFAST_NO_EPOLL to test this on Linux): the
+       three calls serve_child makes, over poll(2). An "epoll fd" is a descriptor of /dev/null
+       that keys a set of at most FLUPFAST_POLL_SET descriptors (serve_child adds two). Every
+       child then wakes for a new connection, as flup's children do. */
+    #include <errno.h>
+    #include <fcntl.h>
+    #include <poll.h>
+    #include <stdint.h>
+    #include <unistd.h>
+    #define EPOLLIN POLLIN
+    #define EPOLLOUT POLLOUT
+    #define EPOLL_CTL_ADD 1
+    #define EPOLL_CLOEXEC O_CLOEXEC
+    typedef union epoll_data { void *ptr; int fd; uint32_t u32; uint64_t u64; } epoll_data_t;
+    struct epoll_event { uint32_t events; epoll_data_t data; };
+    #define FLUPFAST_POLL_SETS 1024
+    #define FLUPFAST_POLL_SET 4
+    static struct flupfast_poll_set {
+        int n;
+        struct pollfd fds[FLUPFAST_POLL_SET];
+        epoll_data_t data[FLUPFAST_POLL_SET];
+    } flupfast_poll_sets[FLUPFAST_POLL_SETS];
+    static int epoll_create1(int flags) {
+        int fd = open("/dev/null", O_RDONLY | flags);
+        if (fd >= FLUPFAST_POLL_SETS) { close(fd); errno = EMFILE; return -1; }
+        if (fd >= 0) flupfast_poll_sets[fd].n = 0;
+        return fd;
+    }
+    static int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event) {
+        struct flupfast_poll_set *set;
+        if (op != EPOLL_CTL_ADD || epfd < 0 || epfd >= FLUPFAST_POLL_SETS
+                || flupfast_poll_sets[epfd].n == FLUPFAST_POLL_SET) { errno = EINVAL; return -1; }
+        set = &flupfast_poll_sets[epfd];
+        set->fds[set->n].fd = fd;
+        set->fds[set->n].events = (short)event->events;
+        set->data[set->n] = event->data;
+        set->n++;
+        return 0;
+    }
+    static int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout) {
+        struct flupfast_poll_set *set;
+        int i, ready, out = 0;
+        if (epfd < 0 || epfd >= FLUPFAST_POLL_SETS) { errno = EBADF; return -1; }
+        set = &flupfast_poll_sets[epfd];
+        ready = poll(set->fds, (nfds_t)set->n, timeout);
+        if (ready <= 0) return ready;
+        for (i = 0; i < set->n && out < maxevents; i++) {
+            if (set->fds[i].revents) {
+                events[out].events = (uint32_t)set->fds[i].revents;
+                events[out].data = set->data[i];
+                out++;
+            }
+        }
+        return out;
+    }
+    #endif
     #ifndef EPOLLEXCLUSIVE
     #define EPOLLEXCLUSIVE 0
     #endif
@@ -30,8 +75,21 @@ cdef extern from *:
     #define MSG_NOSIGNAL 0
     #endif
     """
+    cdef union epoll_data_t "epoll_data":
+        int fd
+    cdef struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_create1(int flags) nogil
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event) nogil
+    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout) nogil
+    int EPOLL_CTL_ADD
+    int EPOLL_CLOEXEC
+    unsigned int EPOLLIN
+    unsigned int EPOLLOUT
     unsigned int EPOLLEXCLUSIVE
     int MSG_NOSIGNAL
+    void __sync_synchronize() nogil
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
@@ -95,12 +153,38 @@ cdef bint _report(int parent_fd, unsigned char status, int wait_epfd) except -1:
         PyErr_SetFromErrno(OSError)
 
 
+cdef struct _Board:
+    unsigned char *buf   # the scoreboard (shared mmap); NULL: report every change by byte
+    Py_ssize_t size
+    Py_ssize_t slot
+    Py_ssize_t min_spare
+    Py_ssize_t max_spare
+
+
+cdef bint _board_report(_Board *board, int parent_fd, unsigned char status,
+                        int wait_epfd) except -1:
+    """ChildBoard.report: mark the slot, wake the parent only when the idle count calls for
+    a spawn or a retirement; without a board, always the status byte."""
+    cdef Py_ssize_t i, idle = 0
+    if board.buf == NULL:
+        return _report(parent_fd, status, wait_epfd)
+    board.buf[board.slot] = status
+    __sync_synchronize()  # our mark visible before we count the others'
+    for i in range(board.size):
+        if board.buf[i] == 0xff:
+            idle += 1
+    if idle < board.min_spare or idle > board.max_spare:
+        return _report(parent_fd, status, wait_epfd)
+    return True
+
+
 def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed,
-                max_requests=0, client_timeout=None):
+                max_requests=0, client_timeout=None, board=None):
     """The child's loop (compiled twin of serving.prefork.serve_child): wait for a connection
     or word from the parent, accept, check the allow-list, report busy, run the job, count its
     requests, report idle. Returns when the parent closes its end, when the parent is gone, or
-    after ``max_requests`` requests (if positive).
+    after ``max_requests`` requests (if positive). ``board``: a ChildBoard (scoreboard
+    reports) or None (a status byte at every change).
     """
     # Imported here, not at module level: serving.prefork picks this function through _impl.
     import os
@@ -115,22 +199,44 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     cdef epoll_event events[2]
     cdef int n, i, epfd, out_epfd
     cdef bint tcp = is_tcp(listen_sock)
+    cdef bint linux = policy._ACCEPT_GIVES_BLOCKING
     cdef bint limited = max_requests > 0
     cdef Py_ssize_t left = max_requests if limited else 0
+    cdef Py_buffer board_view
+    cdef _Board cboard
     accept = listen_sock.accept
     has_limit_attr = hasattr(job_class, 'max_requests')
+    if policy.STATUS_IDLE != b'\xff':
+        raise AssertionError('the scoreboard counts 0xff as idle')
+    cboard.buf = NULL
+    if board is not None:
+        PyObject_GetBuffer(board.buffer, &board_view, PyBUF_WRITABLE)
+        cboard.buf = <unsigned char *>board_view.buf
+        cboard.size = board_view.len
+        cboard.slot = board.slot
+        cboard.min_spare = board.min_spare
+        cboard.max_spare = board.max_spare
+        if not 0 <= cboard.slot < cboard.size:
+            PyBuffer_Release(&board_view)
+            raise ValueError('scoreboard slot %d out of range' % cboard.slot)
 
     epfd = epoll_create1(EPOLL_CLOEXEC)
     if epfd < 0:
+        if cboard.buf != NULL:
+            PyBuffer_Release(&board_view)
         PyErr_SetFromErrno(OSError)
     out_epfd = epoll_create1(EPOLL_CLOEXEC)
     if out_epfd < 0:
         c_close(epfd)
+        if cboard.buf != NULL:
+            PyBuffer_Release(&board_view)
         PyErr_SetFromErrno(OSError)
     try:
         _epoll_add(epfd, listen_fd, EPOLLIN | EPOLLEXCLUSIVE)
         _epoll_add(epfd, parent_fd, EPOLLIN)
         _epoll_add(out_epfd, parent_fd, EPOLLOUT)
+        if cboard.buf != NULL:
+            _board_report(&cboard, parent_fd, idle, out_epfd)
         while True:
             with nogil:
                 n = epoll_wait(epfd, events, 2, -1)
@@ -152,13 +258,14 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 policy.logger.error("accept() failed in child %d: %s", os.getpid(), exc)
                 time.sleep(policy.ACCEPT_BACKOFF)
                 continue
-            client.settimeout(client_timeout)
+            if not (linux and client_timeout is None and client.gettimeout() is None):
+                client.settimeout(client_timeout)  # else already blocking: no ioctl
             if tcp:
                 set_nodelay(client)
             if not is_client_allowed(addr):  # before reporting busy, as flup (:409-411)
                 client.close()
                 continue
-            _report(parent_fd, busy, out_epfd)
+            _board_report(&cboard, parent_fd, busy, out_epfd)
             job = job_class(client, addr, *job_args)
             if has_limit_attr or hasattr(job, 'max_requests'):
                 job.max_requests = left if limited else None
@@ -172,8 +279,10 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 left -= 1 if served is None else served
                 if left <= 0:
                     return  # retire; the parent sees EOF and replaces us
-            if not _report(parent_fd, idle, out_epfd):
+            if not _board_report(&cboard, parent_fd, idle, out_epfd):
                 return  # parent gone
     finally:
         c_close(epfd)
         c_close(out_epfd)
+        if cboard.buf != NULL:
+            PyBuffer_Release(&board_view)

@@ -447,18 +447,33 @@ def decode_body_chunk(payload):
 
 # -- Container packets ------------------------------------------------------------------------
 
-def _packet(payload):
+def encode_packet(payload, prefix=CONTAINER_PREFIX):
+    """A whole packet: ``prefix`` ('AB' from the container, 0x1234 from the web server), the
+    payload length, the payload."""
     if len(payload) > 0xFFFF:
         raise ValueError('AJP packet payload of %d bytes exceeds 65535' % len(payload))
-    return _HEADER.pack(CONTAINER_PREFIX, len(payload)) + payload
+    return _HEADER.pack(prefix, len(payload)) + payload
 
 
-def _encode_string(s):
-    # flup's encodeString (ajp_base.py:211): length, bytes, NUL. Length 0xFFFF would read as
-    # the null string, so 65534 bytes is the most a string can hold.
+def encode_string(s):
+    """One AJP string (flup's encodeString, ajp_base.py:211): length, bytes, NUL. Length
+    0xFFFF would read as the null string, so 65534 bytes is the most a string can hold."""
     if len(s) >= 0xFFFF:
         raise ValueError('AJP string of %d bytes exceeds 65534' % len(s))
     return _U16.pack(len(s)) + s + b'\x00'
+
+
+def encode_response_header(name, value):
+    """One SEND_HEADERS name/value (bytes): a name whose lower case is in
+    responseHeaderTable is coded 0xA0xx (flup's encodeResponseHeader, ajp_base.py:215)."""
+    code = _RESPONSE_HEADER_CODES.get(name.lower())
+    return (code if code is not None else encode_string(name)) + encode_string(value)
+
+
+def decode_string(data, pos=0):
+    """One AJP string at ``pos`` of ``data``: ``(bytes, or None for the null string, position
+    after its NUL)``. AJPError if it runs past the end or lacks its NUL."""
+    return _string(data, pos, len(data), 'string')
 
 
 def encode_send_headers(status_code, reason, headers):
@@ -466,25 +481,22 @@ def encode_send_headers(status_code, reason, headers):
     names whose lower case is in responseHeaderTable are coded 0xA0xx, as flup's
     encodeResponseHeader (ajp_base.py:215). ValueError if it exceeds 65535 bytes of payload
     (the caller must also respect the web server's packet size)."""
-    parts = [PKTTYPE_SEND_HEADERS, _U16.pack(status_code), _encode_string(reason),
+    parts = [PKTTYPE_SEND_HEADERS, _U16.pack(status_code), encode_string(reason),
              _U16.pack(len(headers))]
-    codes = _RESPONSE_HEADER_CODES
     for name, value in headers:
-        code = codes.get(name.lower())
-        parts.append(code if code is not None else _encode_string(name))
-        parts.append(_encode_string(value))
-    return _packet(b''.join(parts))
+        parts.append(encode_response_header(name, value))
+    return encode_packet(b''.join(parts))
 
 
 def encode_get_body_chunk(size):
     """GET_BODY_CHUNK asking for ``size`` bytes, clamped to 0..65535 (the integer's range)."""
     size = 0 if size < 0 else 0xFFFF if size > 0xFFFF else size
-    return _packet(PKTTYPE_GET_BODY + _U16.pack(size))
+    return encode_packet(PKTTYPE_GET_BODY + _U16.pack(size))
 
 
 def encode_end_response(reuse):
     """END_RESPONSE; ``reuse`` true tells the web server it may send the next request."""
-    return _packet(PKTTYPE_END_RESPONSE + (b'\x01' if reuse else b'\x00'))
+    return encode_packet(PKTTYPE_END_RESPONSE + (b'\x01' if reuse else b'\x00'))
 
 
 def frame_body(data, max_data):

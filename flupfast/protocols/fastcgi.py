@@ -156,6 +156,19 @@ def encode_stream(record_type, request_id, data):
     return b''.join(parts)
 
 
+def decode_header(header):
+    """The 8-byte record header (spec 3.3) -> ``(version, type, request_id, content_length,
+    padding_length)``; the version is not checked here (the caller decides)."""
+    return _HEADER.unpack(header)
+
+
+def decode_end_request(content):
+    """END_REQUEST content (spec 5.5) -> ``(app_status, protocol_status)``."""
+    if len(content) < _END_BODY.size:
+        raise FastCGIError('END_REQUEST body of %d bytes, expected 8' % len(content))
+    return _END_BODY.unpack_from(content)
+
+
 def encode_begin_request(request_id, role=FCGI_RESPONDER, flags=0):
     return encode_record(FCGI_BEGIN_REQUEST, request_id, _BEGIN_BODY.pack(role, flags))
 

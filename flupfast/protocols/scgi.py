@@ -89,6 +89,11 @@ def _decode_headers(block, max_pairs):
     return environ, int(value)
 
 
+def encode_netstring(data):
+    """``<len>:<data>,`` (bytes)."""
+    return b'%d:%s,' % (len(data), data)
+
+
 def encode_request(environ, body=b''):
     """The request bytes a web server sends (for tests and clients): ``environ`` is an
     iterable of (name, value) or a dict; CONTENT_LENGTH (from ``body``) and SCGI=1 are put
@@ -102,4 +107,4 @@ def encode_request(environ, body=b''):
     block = b''.join(
         (n.encode('latin-1') if isinstance(n, str) else n) + b'\x00'
         + (v.encode('latin-1') if isinstance(v, str) else v) + b'\x00' for n, v in pairs)
-    return b'%d:%s,%s' % (len(block), block, body)
+    return encode_netstring(block) + body

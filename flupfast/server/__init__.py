@@ -5,4 +5,5 @@ __all__ = ['NoDefault']
 
 
 class NoDefault(object):
-    """Sentinel meaning "argument not given" (flup uses the class itself, never an instance)."""
+    """Sentinel meaning "argument not given" (flup's ``flup.server.NoDefault``; like flup, the
+    class itself is the value, never an instance)."""

@@ -28,7 +28,8 @@ def install_console_handler(logger_name):
 
 
 class SCGIAJPServerBase(object):
-    """The part of BaseSCGIServer and BaseAJPServer that is the same in both."""
+    """The part of BaseSCGIServer and BaseAJPServer that is the same in both (flup wrote it
+    twice, in scgi_base and ajp_base)."""
 
     LoggerName = None  # set by the protocol base
 

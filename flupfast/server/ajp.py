@@ -12,9 +12,9 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseAJPServer, ThreadedServer):
-    """AJP1.3/WSGI server, each (persistent) connection served by a thread of a pool
-    (minSpare, maxSpare, maxThreads in ``**kw``). Apache pools its AJP connections, so each
-    of them holds a thread while open."""
+    """AJP1.3/WSGI server (flup's ``ajp.WSGIServer``), each (persistent) connection served by a
+    thread of a pool (minSpare, maxSpare, maxThreads in ``**kw``). Apache pools its AJP
+    connections, so each of them holds a thread while open."""
 
     def __init__(self, application, scriptName='', environ=None, multithreaded=True,
                  multiprocess=False, bindAddress=('localhost', 8009), allowedServers=None,

@@ -15,7 +15,9 @@ from flupfast.limits import AJP_DEFAULT_PACKET
 from flupfast.protocols.ajp import (  # noqa: F401  (flup's module-level names)
     CONTAINER_PREFIX, PKTTYPE_CPING, PKTTYPE_CPONG, PKTTYPE_END_RESPONSE, PKTTYPE_FWD_REQ,
     PKTTYPE_GET_BODY, PKTTYPE_PING, PKTTYPE_SEND_BODY, PKTTYPE_SEND_HEADERS, PKTTYPE_SHUTDOWN,
-    SERVER_PREFIX, attributeTable, methodTable, requestHeaderTable, responseHeaderTable)
+    SERVER_PREFIX, attributeTable, methodTable, requestHeaderTable, responseHeaderTable,
+    decode_string, encode_packet, encode_response_header, encode_string)
+from flupfast.server._blocking_io import recv_exactly, recvall, sendall
 from flupfast.protocols.errors import AJPError
 from flupfast.server import NoDefault
 from flupfast.server._scgi_ajp_base import SCGIAJPServerBase, install_console_handler
@@ -32,14 +34,93 @@ Request = _ajp.AJPRequest
 InputStream = _impl.InputStream
 
 
+def decodeString(data, pos=0):
+    """Decode the AJP string at ``pos``: ``(bytes, position after its NUL)``; the null string
+    (length 0xFFFF) is b'' as in flup. ProtocolError if it is truncated or lacks its NUL."""
+    value, pos = decode_string(data, pos)
+    return (b'' if value is None else value), pos
+
+
+def decodeRequestHeader(data, pos=0):
+    """Decode a request header/value pair: ``(name, value, pos)``, bytes; a coded name
+    (0xA0xx) comes from requestHeaderTable."""
+    if len(data) - pos >= 2 and data[pos] == 0xA0:
+        index = data[pos + 1]
+        if not 0 < index < len(requestHeaderTable):
+            raise ProtocolError('decodeRequestHeader: bad request header code 0xA0%02X'
+                                % index)
+        name, pos = requestHeaderTable[index], pos + 2
+    else:
+        name, pos = decodeString(data, pos)
+    value, pos = decodeString(data, pos)
+    return name, value, pos
+
+
+def decodeAttribute(data, pos=0):
+    """Decode a request attribute: ``(name, value, pos)``; ``(None, None, pos)`` at the 0xFF
+    that ends the list. SSL_KEY_SIZE's value is a str of its integer, as flup's."""
+    if pos >= len(data):
+        raise ProtocolError('decodeAttribute: no attribute code at %d' % pos)
+    code = data[pos]
+    pos += 1
+    if code == 0xFF:
+        return None, None, pos
+    if code == 0x0A:
+        name, pos = decodeString(data, pos)
+    elif code == 0x0B:
+        if len(data) - pos < 2:
+            raise ProtocolError('decodeAttribute: truncated SSL_KEY_SIZE')
+        return attributeTable[code], str((data[pos] << 8) | data[pos + 1]), pos + 2
+    elif 0 < code < len(attributeTable) and attributeTable[code] is not None:
+        name = attributeTable[code]
+    else:
+        raise ProtocolError('decodeAttribute: bad attribute code 0x%02X' % code)
+    value, pos = decodeString(data, pos)
+    return name, value, pos
+
+
+encodeString = encode_string
+encodeResponseHeader = encode_response_header
+
+
+class Packet(object):
+    """flup's ``Packet``: one AJP13 packet read from the web server (``read(sock)``: the
+    0x1234 header is checked, ``data`` is the payload) or written to it (``write(sock)``:
+    ``data`` behind an 'AB' header), through flupfast's codec."""
+
+    def __init__(self):
+        self.data = b''
+        # Don't set this on write, it will be calculated automatically.
+        self.length = 0
+
+    _recvall = staticmethod(recvall)
+
+    def read(self, sock):
+        """Attempt to read a packet from the server; EOFError when the connection ends
+        first, ProtocolError on a bad header."""
+        parser = _impl.AJPParser()
+        header = recv_exactly(sock, 4)
+        parser.feed(header)  # checks the magic and the length cap
+        self.length = (header[2] << 8) | header[3]
+        self.data = b''
+        if self.length:
+            (self.data,) = parser.feed(recv_exactly(sock, self.length))
+
+    def write(self, sock):
+        """Send a packet to the server."""
+        self.length = len(self.data)
+        sendall(sock, encode_packet(self.data))
+
+
 class Connection(_ajp.AJPConnection):
-    """A single connection with the web server: requests one after another, never
-    multiplexed."""
+    """One AJP13 connection from the web server, its requests served one after another
+    (flup's ``ajp_base.Connection``; the job the modes run per accepted socket)."""
 
 
 class BaseAJPServer(SCGIAJPServerBase):
-    """The AJP13 protocol side of flup's servers; front ends mix in a mode
-    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``)."""
+    """The AJP13 protocol side of the servers (flup's ``ajp_base.BaseAJPServer``): hooks,
+    environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
+    ``SingleServer``)."""
 
     # What Request class to use.
     requestClass = Request

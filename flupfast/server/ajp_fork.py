@@ -15,9 +15,9 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseAJPServer, PreforkServer):
-    """AJP1.3/WSGI server, each connection served by a preforked child (minSpare, maxSpare,
-    maxChildren, maxRequests, sockTimeout in ``**kw``). ``timeout`` (seconds) bounds each
-    request, as in flup."""
+    """AJP1.3/WSGI server (flup's ``ajp_fork.WSGIServer``), each connection served by a preforked
+    child (minSpare, maxSpare, maxChildren, maxRequests, sockTimeout in ``**kw``). ``timeout``
+    (seconds) bounds each request, as in flup."""
 
     def __init__(self, application, scriptName='', environ=None,
                  bindAddress=('localhost', 8009), allowedServers=None,

@@ -12,7 +12,8 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseAJPServer, SingleServer):
-    """AJP1.3/WSGI server, one connection at a time, without threads."""
+    """AJP1.3/WSGI server, one connection at a time, without threads (flup has none; built
+    like ``fcgi_single.WSGIServer``)."""
 
     def __init__(self, application, scriptName='', environ=None,
                  bindAddress=('localhost', 8009), allowedServers=None,

@@ -10,9 +10,8 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseFCGIServer, ThreadedServer):
-    """FastCGI server that supports the Web Server Gateway Interface (PEP 3333), each
-    connection served by a thread of a pool (minSpare, maxSpare, maxThreads in ``**kw``).
-    """
+    """FastCGI/WSGI server (flup's ``fcgi.WSGIServer``), each connection served by a thread
+    of a pool (minSpare, maxSpare, maxThreads in ``**kw``)."""
 
     def __init__(self, application, environ=None, multithreaded=True, multiprocess=False,
                  bindAddress=None, umask=None, multiplexed=False, debug=False,

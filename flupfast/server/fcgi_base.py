@@ -4,6 +4,7 @@ subclass or monkeypatch, as thin names over flupfast's codec, connection and gat
 
 Only assembly and flup's names here: the logic lives in protocols/, connection.py, gateway.py.
 """
+import collections
 import io
 import os
 import sys
@@ -20,7 +21,9 @@ from flupfast.protocols.fastcgi import (  # noqa: F401  (flup exports every FCGI
     FCGI_KEEP_CONN, FCGI_LISTENSOCK_FILENO, FCGI_MAX_CONNS, FCGI_MAX_REQS, FCGI_MAXTYPE,
     FCGI_MPXS_CONNS, FCGI_NULL_REQUEST_ID, FCGI_OVERLOADED, FCGI_PARAMS, FCGI_REQUEST_COMPLETE,
     FCGI_RESPONDER, FCGI_STDERR, FCGI_STDIN, FCGI_STDOUT, FCGI_UNKNOWN_ROLE, FCGI_UNKNOWN_TYPE,
-    FCGI_VERSION_1, decode_params, encode_pair)
+    FCGI_VERSION_1, decode_header, decode_params, encode_pair, encode_record)
+from flupfast.body import Spool
+from flupfast.server._blocking_io import recv_exactly, recvall, sendall
 from flupfast.serving.listen import bind_listen_socket, inherited_listen_socket
 
 __all__ = ['BaseFCGIServer']
@@ -40,14 +43,141 @@ thread_available = True  # flup falls back to no threads when _thread is missing
 DEBUG = 0
 DEBUGLOG = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'fcgi.log')
 
-InputStream = _impl.InputStream
-OutputStream = _connection.StdoutStream
 Request = _connection.FastCGIRequest
 TimeoutException = _connection.TimeoutException
 
 
+class _FlupInputStream(object):
+    """flup's stream interface (``read(n)``, ``readline(length)``, ``readlines(sizehint)``,
+    iteration) over a flupfast InputStream that pulls from ``self._next_data``."""
+
+    def __init__(self):
+        self._stream = _impl.InputStream(self._next_data)
+
+    def read(self, n=-1):
+        return self._stream.read(n)
+
+    def readline(self, length=None):
+        return self._stream.readline(-1 if length is None else length)
+
+    def readlines(self, sizehint=0):
+        return self._stream.readlines(sizehint)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._stream)
+
+
+class InputStream(_FlupInputStream):
+    """flup's ``InputStream(conn)``: FCGI_STDIN or FCGI_DATA of one request, fed by
+    ``add_data(data)`` (``b''`` ends it) and refilled by ``conn.process_input()`` when the
+    reader needs more, as flup's. The server's own streams are flupfast's pull-based ones,
+    built by the connection; this class is for code that builds or subclasses flup's.
+    """
+
+    def __init__(self, conn):
+        self._conn = conn
+        self._chunks = collections.deque()
+        self._eof = False
+        super().__init__()
+
+    def _waitForData(self):
+        """Waits for more data to become available."""
+        self._conn.process_input()
+
+    def _next_data(self):
+        while not self._chunks:
+            if self._eof:
+                return b''
+            self._waitForData()
+        return self._chunks.popleft()
+
+    def add_data(self, data):
+        if not data:
+            self._eof = True
+        else:
+            self._chunks.append(bytes(data))
+
+
+class MultiplexedInputStream(_FlupInputStream):
+    """flup's ``MultiplexedInputStream(conn)``: an input stream filled by the connection's
+    thread through ``add_data`` (``b''`` ends it) and read by the request's thread, which
+    blocks until data comes. Backed by the spool flupfast's multiplexed requests use (memory,
+    then a temporary file past SPOOL_MEMORY_LIMIT; flup keeps it all in memory).
+    """
+
+    def __init__(self, conn):
+        self._conn = conn
+        self._spool = Spool()
+        super().__init__()
+
+    def _next_data(self):
+        return self._spool.pull()
+
+    def add_data(self, data):
+        if not data:
+            self._spool.end()
+        else:
+            self._spool.push(data)
+
+
+class OutputStream(_connection.StderrStream):
+    """flup's ``OutputStream(conn, req, type, buffered=False)``: a FastCGI output stream of
+    ``type`` (FCGI_STDOUT or FCGI_STDERR) for request ``req``; ``buffered`` holds the writes
+    until ``flush()`` or the end, as flup's FCGI_STDERR. The server builds its own streams
+    (connection.StdoutStream, StderrStream); this class is for code that builds flup's.
+    """
+
+    def __init__(self, conn, req, type, buffered=False):
+        super().__init__(conn, req)
+        self.record_type = type
+        self._buffered = buffered
+
+    def write(self, data):
+        if self._buffered:
+            super().write(data)
+        else:
+            _connection.StdoutStream.write(self, data)
+
+
+class Record(object):
+    """flup's ``Record``: one FastCGI record (spec 3.3) read from or written to a blocking
+    socket by ``read(sock)`` and ``write(sock)``, through flupfast's codec. Attributes as
+    flup's: version, type, requestId, contentLength, paddingLength, contentData.
+    """
+
+    def __init__(self, type=FCGI_UNKNOWN_TYPE, requestId=FCGI_NULL_REQUEST_ID):
+        self.version = FCGI_VERSION_1
+        self.type = type
+        self.requestId = requestId
+        self.contentLength = 0
+        self.paddingLength = 0
+        self.contentData = b''
+
+    _recvall = staticmethod(recvall)
+
+    def read(self, sock):
+        """Read and decode a Record from a socket; EOFError when it ends before a whole
+        record."""
+        (self.version, self.type, self.requestId, self.contentLength,
+         self.paddingLength) = decode_header(recv_exactly(sock, FCGI_HEADER_LEN))
+        self.contentData = recv_exactly(sock, self.contentLength) if self.contentLength \
+            else b''
+        if self.paddingLength:
+            recv_exactly(sock, self.paddingLength)
+
+    def write(self, sock):
+        """Encode and write a Record to a socket (content padded to a multiple of 8)."""
+        content = self.contentData[:self.contentLength]
+        self.paddingLength = -len(content) & 7
+        sendall(sock, encode_record(self.type, self.requestId, content))
+
+
 class Connection(_connection.FastCGIConnection):
-    """A non-multiplexed FastCGI connection (one request at a time; FCGI_CANT_MPX_CONN else)."""
+    """A FastCGI connection serving one request at a time, answering FCGI_CANT_MPX_CONN to a
+    second (flup's ``fcgi_base.Connection``; the job the modes run per accepted socket)."""
 
     def __init__(self, sock, addr, server, timeout=None):
         super().__init__(sock, addr, server, timeout)
@@ -55,7 +185,8 @@ class Connection(_connection.FastCGIConnection):
 
 
 class MultiplexedConnection(_connection.FastCGIConnection):
-    """A multiplexed FastCGI connection: each request runs in its own thread."""
+    """A multiplexed FastCGI connection: each request runs in its own thread (flup's
+    ``fcgi_base.MultiplexedConnection``, chosen by ``multiplexed=True``)."""
 
     def __init__(self, sock, addr, server, timeout=None):
         super().__init__(sock, addr, server, timeout)
@@ -82,9 +213,8 @@ def decode_pair(s, pos=0):
 
 
 class TeeOutputStream:
-    """``wsgi.errors`` when the server has its own socket: each write goes to the process's
-    stderr and to FCGI_STDERR. flup's rejects bytes (its text stderr raises); ours takes both.
-    """
+    """``wsgi.errors`` when the server has its own socket: each write goes to stderr and to
+    FCGI_STDERR (flup's ``fcgi_base.TeeOutputStream``, which rejects bytes; ours takes both)."""
 
     def __init__(self, streamList):
         self._streamList = streamList
@@ -106,7 +236,8 @@ class TeeOutputStream:
 
 
 class StdoutWrapper:
-    """The CGI fallback's stdout: bytes to ``sys.stdout.buffer``, unbuffered as flup's."""
+    """The CGI fallback's stdout: bytes to ``sys.stdout.buffer``, flushed per write (flup's
+    ``fcgi_base.StdoutWrapper``, used by server.cgi too)."""
 
     def __init__(self, stdout):
         self._file = getattr(stdout, 'buffer', stdout)
@@ -132,24 +263,45 @@ class StdoutWrapper:
         self._file.flush()
 
 
-def _stdin_reader(stream, length):
-    """pull() over CGI stdin, bounded by CONTENT_LENGTH (binary: flup's is text, bug 3)."""
-    state = {'left': length}
+def cgi_params():
+    """The CGI request's variables as WSGI wants them: each byte of the process environment
+    as one latin-1 character (PEP 3333 "bytes as str", as the FastCGI params are). flup uses
+    ``os.environ``, whose values the locale decodes: a UTF-8 PATH_INFO arrives as text."""
+    environb = getattr(os, 'environb', None)
+    if environb is None:  # no bytes environment on this platform
+        return dict(os.environ)
+    return {name.decode('latin-1'): value.decode('latin-1')
+            for name, value in environb.items()}
+
+
+def cgi_stdin(stdin=None, environ=None):
+    """``wsgi.input`` of a plain CGI request: binary stdin, ending at CONTENT_LENGTH (flup's
+    is text-mode ``sys.stdin``, bug 3). Shared by the FastCGI CGI fallback and server.cgi."""
+    if stdin is None:
+        stdin = getattr(sys.stdin, 'buffer', sys.stdin)
+    if environ is None:
+        environ = os.environ
+    try:
+        left = int(environ.get('CONTENT_LENGTH') or 0)
+    except ValueError:
+        left = 0
+    read = getattr(stdin, 'read1', stdin.read)
+    state = {'left': left}
 
     def pull():
         if state['left'] <= 0:
             return b''
-        chunk = stream.read1(min(state['left'], 65536)) if hasattr(stream, 'read1') \
-            else stream.read(min(state['left'], 65536))
+        chunk = read(min(state['left'], 65536))
         state['left'] -= len(chunk)
         if not chunk:
             state['left'] = 0
         return chunk
-    return pull
+    return _impl.InputStream(pull)
 
 
 class CGIRequest(Request):
-    """A plain CGI request disguised as a FastCGI request (flup fcgi_base.py:607-629)."""
+    """The one request of the CGI fallback, from os.environ and stdin, disguised as a FastCGI
+    request (flup's ``fcgi_base.CGIRequest``, fcgi_base.py:607-629)."""
 
     def __init__(self, server):
         self.requestId = 1
@@ -158,13 +310,8 @@ class CGIRequest(Request):
         self.aborted = False
         self.keep_conn = False
         self.server = server
-        self.params = dict(os.environ)
-        try:
-            length = int(self.params.get('CONTENT_LENGTH') or 0)
-        except ValueError:
-            length = 0
-        stdin = getattr(sys.stdin, 'buffer', sys.stdin)
-        self.stdin = _impl.InputStream(_stdin_reader(stdin, length))
+        self.params = cgi_params()
+        self.stdin = cgi_stdin(environ=self.params)
         self.stdout = StdoutWrapper(sys.stdout)
         self.stderr = sys.stderr
         self.data = _impl.InputStream(lambda: b'')
@@ -187,9 +334,9 @@ def _rlimit(name, fallback=100):
 
 
 class BaseFCGIServer(object):
-    """The FastCGI protocol side of flup's servers; front ends mix in a mode
-    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``).
-    """
+    """The FastCGI protocol side of the servers (flup's ``fcgi_base.BaseFCGIServer``):
+    hooks, environ, error page and the CGI fallback; front ends mix in a mode
+    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``)."""
 
     request_class = Request
     cgirequest_class = CGIRequest

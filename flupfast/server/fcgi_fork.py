@@ -11,10 +11,9 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseFCGIServer, PreforkServer):
-    """FastCGI server that supports the Web Server Gateway Interface (PEP 3333), each
-    connection served by a preforked child (minSpare, maxSpare, maxChildren, maxRequests,
-    sockTimeout in ``**kw``). ``timeout`` (seconds) bounds each request, as in flup.
-    """
+    """FastCGI/WSGI server (flup's ``fcgi_fork.WSGIServer``), each connection served by a
+    preforked child (minSpare, maxSpare, maxChildren, maxRequests, sockTimeout in ``**kw``).
+    ``timeout`` (seconds) bounds each request, as in flup."""
 
     def __init__(self, application, environ=None, bindAddress=None, umask=None,
                  multiplexed=False, debug=False, roles=(FCGI_RESPONDER,), forceCGI=False,

@@ -9,8 +9,8 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseFCGIServer, SingleServer):
-    """FastCGI server that supports the Web Server Gateway Interface (PEP 3333), one
-    connection at a time, without threads."""
+    """FastCGI/WSGI server (flup's ``fcgi_single.WSGIServer``), one connection at a time,
+    without threads."""
 
     def __init__(self, application, environ=None, bindAddress=None, umask=None,
                  multiplexed=False, debug=False, roles=(FCGI_RESPONDER,), forceCGI=False, **kw):

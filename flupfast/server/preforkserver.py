@@ -13,9 +13,9 @@ from flupfast.server.singleserver import _ModeFacade
 
 class PreforkServer(_ModeFacade):
     """
-    A preforked server in the manner of Apache httpd: there are always at least minSpare
-    children ready for new requests, and at most maxChildren children in all. Idle children
-    above maxSpare are killed.
+    The prefork mode (flup's ``preforkserver.PreforkServer``), in the manner of Apache
+    httpd: there are always at least minSpare children ready for new requests, and at most
+    maxChildren children in all. Idle children above maxSpare are killed.
 
     If maxRequests is positive, each child serves that many requests in its lifetime, then
     exits and is replaced. Requests are counted, not connections.

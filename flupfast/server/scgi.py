@@ -13,8 +13,8 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseSCGIServer, ThreadedServer):
-    """SCGI/WSGI server, each connection served by a thread of a pool (minSpare, maxSpare,
-    maxThreads in ``**kw``)."""
+    """SCGI/WSGI server (flup's ``scgi.WSGIServer``), each connection served by a thread of a pool
+    (minSpare, maxSpare, maxThreads in ``**kw``)."""
 
     def __init__(self, application, scriptName=NoDefault, environ=None, multithreaded=True,
                  multiprocess=False, bindAddress=('localhost', 4000), umask=None,

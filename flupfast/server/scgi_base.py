@@ -15,6 +15,7 @@ from flupfast.limits import MAX_SCGI_HEADER_BYTES
 from flupfast.output import CGIResponder
 from flupfast.protocols.errors import SCGIError
 from flupfast.server import NoDefault
+from flupfast.server._blocking_io import recvall
 from flupfast.server._scgi_ajp_base import SCGIAJPServerBase, install_console_handler
 
 __all__ = ['BaseSCGIServer']
@@ -29,25 +30,8 @@ Request = _scgi.SCGIRequest
 
 
 class Connection(_scgi.SCGIConnection):
-    """A single client (web server) connection: one request, then the socket is closed."""
-
-
-def recvall(sock, length):
-    """Receive up to ``length`` bytes, blocking as needed; returns ``(data, received)``,
-    short only at EOF (flup's signature)."""
-    parts = []
-    received = 0
-    while received < length:
-        try:
-            data = sock.recv(length - received)
-        except BlockingIOError:
-            select.select([sock], [], [])
-            continue
-        if not data:
-            break
-        parts.append(data)
-        received += len(data)
-    return b''.join(parts), received
+    """One SCGI connection from the web server: one request, then the socket is closed
+    (flup's ``scgi_base.Connection``; the job the modes run per accepted socket)."""
 
 
 def readNetstring(sock):
@@ -84,7 +68,8 @@ def readNetstring(sock):
 
 
 class StdoutWrapper(object):
-    """Wrapper for a file so we know if data has actually been written (flup's)."""
+    """A file wrapper that records whether data was written (flup's
+    ``scgi_base.StdoutWrapper``)."""
 
     def __init__(self, stdout):
         self._file = stdout
@@ -104,8 +89,9 @@ class StdoutWrapper(object):
 
 
 class BaseSCGIServer(SCGIAJPServerBase):
-    """The SCGI protocol side of flup's servers; front ends mix in a mode
-    (``ThreadedServer``, ``PreforkServer``, ``SingleServer``)."""
+    """The SCGI protocol side of the servers (flup's ``scgi_base.BaseSCGIServer``): hooks,
+    environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
+    ``SingleServer``)."""
 
     # What Request class to use.
     requestClass = Request

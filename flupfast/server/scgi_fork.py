@@ -13,9 +13,9 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseSCGIServer, PreforkServer):
-    """SCGI/WSGI server, each connection served by a preforked child (minSpare, maxSpare,
-    maxChildren, maxRequests, sockTimeout in ``**kw``). ``timeout`` (seconds) bounds each
-    request, as in flup."""
+    """SCGI/WSGI server (flup's ``scgi_fork.WSGIServer``), each connection served by a preforked
+    child (minSpare, maxSpare, maxChildren, maxRequests, sockTimeout in ``**kw``). ``timeout``
+    (seconds) bounds each request, as in flup."""
 
     def __init__(self, application, scriptName=NoDefault, environ=None,
                  bindAddress=('localhost', 4000), umask=None, allowedServers=None,

@@ -12,7 +12,8 @@ __all__ = ['WSGIServer']
 
 
 class WSGIServer(BaseSCGIServer, SingleServer):
-    """SCGI/WSGI server, one connection at a time, without threads."""
+    """SCGI/WSGI server, one connection at a time, without threads (flup has none; built
+    like ``fcgi_single.WSGIServer``)."""
 
     def __init__(self, application, scriptName=NoDefault, environ=None,
                  bindAddress=('localhost', 4000), umask=None, allowedServers=None,

@@ -121,7 +121,8 @@ class _AcceptLoopFacade(_ModeFacade):
 
 
 class SingleServer(_AcceptLoopFacade):
-    """Serves one connection at a time, in the thread that calls run()."""
+    """The single mode (flup's ``singleserver.SingleServer``): one connection at a time, in
+    the thread that calls run()."""
 
     def __init__(self, jobClass=None, jobArgs=(), **kw):
         # flup ignores unknown keyword arguments here (inventory 1.4); so do we.

@@ -12,9 +12,10 @@ __all__ = ['ThreadedServer']
 
 
 class ThreadedServer(_AcceptLoopFacade):
-    """Accepts connections in the thread that calls run() and serves each in a thread of a
-    ThreadPool; extra keyword arguments (minSpare, maxSpare, maxThreads) go to the pool, which
-    starts its threads here, at construction, as flup's does."""
+    """The threaded mode (flup's ``threadedserver.ThreadedServer``): accepts connections in the
+    thread that calls run() and serves each in a thread of a ThreadPool; extra keyword arguments
+    (minSpare, maxSpare, maxThreads) go to the pool, which starts its threads here, at
+    construction, as flup's does."""
 
     def __init__(self, jobClass=None, jobArgs=(), **kw):
         self._threadPool = ThreadPool(**kw)  # unknown keywords raise TypeError, as flup

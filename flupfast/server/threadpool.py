@@ -10,8 +10,9 @@ from flupfast.serving import threadpool as _threadpool
 
 class ThreadPool(_threadpool.ThreadPool):
     """
-    Thread pool that keeps the number of idle threads between minSpare and maxSpare
-    inclusive. The total number of threads is unlimited unless maxThreads says otherwise.
+    flup's ``threadpool.ThreadPool``: keeps the number of idle threads between minSpare and
+    maxSpare inclusive. The total number of threads is unlimited unless maxThreads says
+    otherwise.
     """
 
     def __init__(self, minSpare=1, maxSpare=5, maxThreads=sys.maxsize):

@@ -29,13 +29,11 @@ _TCP_FAMILIES = frozenset(
     getattr(socket, name) for name in ("AF_INET", "AF_INET6") if hasattr(socket, name))
 
 
-def set_cloexec(fd):
-    """Set FD_CLOEXEC on ``fd`` (an int or anything with ``fileno()``), as flup does on the
-    listening and accepted sockets (threadedserver.py:73, :92). Sockets Python creates are
-    already non-inheritable; one inherited on fd 0 is not."""
-    if not isinstance(fd, int):
-        fd = fd.fileno()
-    os.set_inheritable(fd, False)
+def set_cloexec(sock):
+    """Set FD_CLOEXEC on ``sock`` (a socket, or an int fd), as flup's ``setCloseOnExec(sock)``
+    does on the listening and accepted sockets (threadedserver.py:73, :92). Sockets Python
+    creates are already non-inheritable; one inherited on fd 0 is not."""
+    os.set_inheritable(sock if isinstance(sock, int) else sock.fileno(), False)
 
 
 def is_tcp(sock):

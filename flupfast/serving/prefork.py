@@ -6,6 +6,7 @@ protocol, let the parent run jobs, or leave a child unreaped.
 """
 import errno
 import logging
+import mmap
 import os
 import random
 import select
@@ -23,7 +24,8 @@ from flupfast.serving.signals import LoopControl
 
 __all__ = [
     "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "DRAIN_GRACE",
-    "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL", "ChildDrain", "ChildRecord", "PoolChange", "PoolLimits", "PreforkMode",
+    "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL", "ChildBoard", "ChildDrain", "ChildRecord",
+    "PoolChange", "PoolLimits", "PreforkMode",
     "decide_pool_change", "notify_parent", "serve_child",
 ]
 
@@ -33,6 +35,14 @@ logger = logging.getLogger("flupfast")
 # compared them with str, so every child looked idle and the pool never grew (flup bug 5).
 STATUS_BUSY = b"\x00"
 STATUS_IDLE = b"\xff"
+
+# The scoreboard: one byte per child slot in memory shared by the parent and its children.
+# A child writes its own slot (STATUS_IDLE or STATUS_BUSY) at every change and wakes the
+# parent only when the pool needs it to act; the parent reads the slots whenever it wakes.
+# SLOT_UNREPORTED: the parent's mark for a new child; a child loop that never writes its slot
+# (a flup-style ``_child`` override) keeps it, and the parent then goes by the status bytes.
+SLOT_EMPTY = 0x00
+SLOT_UNREPORTED = 0x01
 
 # Child states, as the parent sees them.
 IDLE = "idle"        # waiting for a connection
@@ -66,6 +76,8 @@ ACCEPT_BACKOFF = 0.1
 # request ends the connection after it; then they exit, finding the parent gone. A real-time
 # signal, which apps leave alone (SIGUSR1/SIGUSR2 are often theirs).
 DRAIN_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else None
+# accept4() on Linux never passes the listening socket's O_NONBLOCK on (accept(2)).
+_ACCEPT_GIVES_BLOCKING = sys.platform.startswith("linux")
 
 # Sends to the parent must not raise SIGPIPE if the process has it at its default action.
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
@@ -130,6 +142,29 @@ def notify_parent(parent_sock, status):
             return False
 
 
+class ChildBoard:
+    """A child's place on the scoreboard: the shared ``buffer`` (an anonymous shared mmap),
+    its ``slot``, and the pool limits that say when the parent must be woken."""
+    __slots__ = ("buffer", "slot", "min_spare", "max_spare")
+
+    def __init__(self, buffer, slot, min_spare, max_spare):
+        self.buffer = buffer
+        self.slot = slot
+        self.min_spare = min_spare
+        self.max_spare = max_spare
+
+    def report(self, parent_sock, status):
+        """Mark this child ``status`` (STATUS_BUSY or STATUS_IDLE); tell the parent only when
+        the idle count now calls for a spawn (below min_spare) or a retirement (above
+        max_spare). Returns False when the parent is gone."""
+        buffer = self.buffer
+        buffer[self.slot] = status[0]
+        idle = buffer[:].count(STATUS_IDLE)
+        if idle < self.min_spare or idle > self.max_spare:
+            return notify_parent(parent_sock, status)
+        return True
+
+
 def _child_poller(listen_sock, parent_sock):
     """What the child waits on. On Linux, epoll with EPOLLEXCLUSIVE on the shared listening
     socket wakes one idle child per connection instead of all of them (the thundering herd
@@ -150,7 +185,7 @@ def _child_poller(listen_sock, parent_sock):
 
 
 def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed,
-                max_requests=0, client_timeout=None):
+                max_requests=0, client_timeout=None, board=None):
     """The child's loop: wait for a connection or word from the parent, accept, check the
     allow-list, report busy, run the job, count its requests, report idle.
 
@@ -160,6 +195,9 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     job whose class has a ``max_requests`` attribute is told how many requests it may still
     serve (None: unlimited); ``job.run()`` returns the number served (None means 1).
     ``client_timeout`` becomes the accepted socket's timeout (None: blocking).
+    ``board`` (a ChildBoard) reports through the scoreboard, waking the parent only when the
+    pool must change; without it every change is a status byte (flup's protocol). Either
+    way a gone parent ends the loop (its end of the socketpair polls readable at EOF).
 
     Every input is explicit and per-iteration work is kept small: this is the hot loop, and
     it is the one the compiled twin reimplements.
@@ -169,6 +207,11 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     accept = listen_sock.accept
     tcp = is_tcp(listen_sock)
     left = max_requests if max_requests > 0 else None
+    if board is not None:
+        report = board.report
+        report(parent_sock, STATUS_IDLE)
+    else:
+        report = notify_parent
     while True:
         for fd, _ in poller.poll():
             if fd == parent_fd:
@@ -185,15 +228,18 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             time.sleep(ACCEPT_BACKOFF)
             continue
         # Normalise blocking mode: the listening socket is non-blocking, and whether the
-        # accepted socket inherits that is OS-dependent.
-        client.settimeout(client_timeout)
+        # accepted socket inherits that is OS-dependent (Linux: never; there a blocking
+        # socket that should stay so costs no ioctl).
+        if not (_ACCEPT_GIVES_BLOCKING and client_timeout is None
+                and client.gettimeout() is None):
+            client.settimeout(client_timeout)
         if tcp:
             set_nodelay(client)
         # Checked before reporting busy, as flup (:409-411).
         if not is_client_allowed(addr):
             client.close()
             continue
-        notify_parent(parent_sock, STATUS_BUSY)
+        report(parent_sock, STATUS_BUSY)
         job = job_class(client, addr, *job_args)
         if hasattr(job, "max_requests"):
             job.max_requests = left
@@ -207,7 +253,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             left -= 1 if served is None else served
             if left <= 0:
                 return  # retire; the parent sees EOF and replaces us
-        if not notify_parent(parent_sock, STATUS_IDLE):
+        if not report(parent_sock, STATUS_IDLE):
             return  # parent gone
 
 
@@ -245,12 +291,13 @@ class ChildDrain:
 
 class ChildRecord:
     """The parent's view of one child: its end of the status socketpair and its state."""
-    __slots__ = ("pid", "sock", "state")
+    __slots__ = ("pid", "sock", "state", "slot")
 
-    def __init__(self, pid, sock, state=IDLE):
+    def __init__(self, pid, sock, state=IDLE, slot=None):
         self.pid = pid
         self.sock = sock
         self.state = state
+        self.slot = slot  # its byte on the scoreboard, or None
 
     def __repr__(self):
         return "<ChildRecord pid=%d %s>" % (self.pid, self.state)
@@ -293,6 +340,8 @@ class PreforkMode(LoopControl):
         self._selector = None
         self._in_child = False
         self._spawn_blocked_until = 0.0
+        self._board = None           # the scoreboard (shared mmap) while serving
+        self._child_board = None     # in a child: its ChildBoard
 
     # -- signals: the handlers only set flags ------------------------------------------------
 
@@ -333,6 +382,7 @@ class PreforkMode(LoopControl):
         signals.open()
         self._in_child = False
         self._selector = selector = selectors.DefaultSelector()
+        self._board = mmap.mmap(-1, self.limits.max_children)  # shared, zero-filled
         try:
             selector.register(signals, selectors.EVENT_READ, None)
             while self.keep_going:
@@ -358,9 +408,24 @@ class PreforkMode(LoopControl):
                 selector.close()
                 self._selector = None
                 signals.close()
+                self._board.close()
+                self._board = None
         return self.reload_requested
 
+    def _read_board(self):
+        """Take each live child's state from its scoreboard slot (where it reports)."""
+        board = self._board
+        if board is None:
+            return
+        for child in self.children.values():
+            if child.slot is None or child.state == EXITING:
+                continue
+            mark = board[child.slot]
+            if mark != SLOT_UNREPORTED:
+                child.state = IDLE if mark == STATUS_IDLE[0] else BUSY
+
     def _tend_pool(self, sock):
+        self._read_board()
         if self.purge_requested:
             self.purge_requested = False
             self._purge_pids = set(self.children)
@@ -398,6 +463,8 @@ class PreforkMode(LoopControl):
 
     def _release(self, child):
         """Close the parent's end of a child's socket; the child is EXITING until reaped."""
+        if child.slot is not None and self._board is not None:
+            self._board[child.slot] = SLOT_EMPTY  # no longer counted idle by its siblings
         if child.sock is not None:
             if self._selector is not None:
                 try:
@@ -427,6 +494,7 @@ class PreforkMode(LoopControl):
             if child is None:
                 continue  # not one of ours (the front end may fork too)
             self._release(child)
+            child.slot = None  # free for the next child
             if self.keep_going and os.WIFSIGNALED(status):
                 logger.warning("child %d killed by signal %d", pid, os.WTERMSIG(status))
             elif self.keep_going and os.WEXITSTATUS(status):
@@ -435,6 +503,9 @@ class PreforkMode(LoopControl):
     def spawn_child(self, sock):
         """Fork one child. Returns True in the parent on success, False if fork failed for
         lack of resources; in the child it does not return (SystemExit)."""
+        slot = self._free_slot()
+        if slot is not None:
+            self._board[slot] = SLOT_UNREPORTED
         parent_end, child_end = socket.socketpair()  # Python makes both close-on-exec
         parent_end.setblocking(False)
         child_end.setblocking(False)
@@ -449,12 +520,16 @@ class PreforkMode(LoopControl):
             raise
         if pid:
             child_end.close()
-            child = self.children[pid] = ChildRecord(pid, parent_end)
+            child = self.children[pid] = ChildRecord(pid, parent_end, slot=slot)
             if self._selector is not None:
                 self._selector.register(parent_end, selectors.EVENT_READ, child)
             return True
         # In the child.
         self._in_child = True
+        if slot is not None:
+            limits = self.limits
+            self._child_board = ChildBoard(self._board, slot, limits.min_spare,
+                                           limits.max_spare)
         status = 0
         try:
             parent_end.close()
@@ -466,6 +541,17 @@ class PreforkMode(LoopControl):
             logger.exception("prefork child %d failed", os.getpid())
             status = 1
         sys.exit(status)
+
+    def _free_slot(self):
+        """The lowest scoreboard slot no child holds, or None (no board, or all taken: the
+        child then reports by status bytes only)."""
+        if self._board is None:
+            return None
+        taken = {child.slot for child in self.children.values()}
+        for slot in range(len(self._board)):
+            if slot not in taken:
+                return slot
+        return None
 
     def _become_child(self):
         # Own process group, so a terminal's Ctrl-C reaches only the parent (flup :327-329).
@@ -492,7 +578,8 @@ class PreforkMode(LoopControl):
             signal.signal(DRAIN_SIGNAL, drain.on_signal)
             job_class = drain.wrap(job_class)
         _impl.serve_child(sock, parent_sock, job_class, self.job_args,
-                          self.is_client_allowed, self.max_requests, self.sock_timeout or None)
+                          self.is_client_allowed, self.max_requests, self.sock_timeout or None,
+                          self._child_board)
 
     # -- shutdown ------------------------------------------------------------------------------
 
@@ -501,6 +588,7 @@ class PreforkMode(LoopControl):
         ends (DRAIN_SIGNAL ends a persistent connection's idle wait). Those still running
         after DRAIN_GRACE get SIGINT, SIGTERM after SHUTDOWN_GRACE more, SIGKILL after
         TERM_GRACE more. Returns when every child is reaped (or KILL_WAIT after SIGKILL)."""
+        self._read_board()
         busy = [pid for pid, child in self.children.items() if child.state == BUSY]
         for child in list(self.children.values()):
             self._release(child)

@@ -37,21 +37,45 @@ def wait_connectable(address, proc, timeout=15):
 
 
 class Server:
-    """A server subprocess, stopped by PID with SIGTERM (SIGKILL after a bound)."""
+    """A server subprocess, stopped by PID with SIGTERM (SIGKILL after a bound).
 
-    def __init__(self, args, address, env=None, script=None):
+    ``command`` replaces the whole command line (``python -m flupfast`` + ``args`` by default);
+    ``log_path`` sends stderr to that file instead of a pipe, so a long-lived, chatty server
+    cannot block on a full pipe, and ``log()`` can be read while it runs (``proc.stderr`` then
+    reads the file). ``wait=False`` returns at once; call ``wait_ready()`` later (to start
+    several servers side by side).
+    """
+
+    def __init__(self, args, address, env=None, script=None, command=None, log_path=None,
+                 wait=True):
         full_env = dict(os.environ, PYTHONPATH=ROOT)
         full_env.update(env or {})
-        cmd = [sys.executable] + (['-c', script] if script else ['-m', 'flupfast']) + args
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
+        cmd = command or [sys.executable] + (
+            ['-c', script] if script else ['-m', 'flupfast']) + args
+        self.log_path = log_path
+        if log_path:
+            with open(log_path, 'wb') as log_file:
+                self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=log_file)
+            self.proc.stderr = open(log_path, 'rb')  # what stop() returns: the log from its start
+        else:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
         self.address = address
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=15):
         try:
-            wait_connectable(address, self.proc)
+            wait_connectable(self.address, self.proc, timeout)
         except BaseException:
             self.proc.kill()  # never leave a server behind when it fails to start
             self.proc.wait(10)
             self.proc.stderr.close()
             raise
+
+    def log(self):
+        """With ``log_path``: everything the server wrote to stderr so far."""
+        with open(self.log_path, 'rb') as log_file:
+            return log_file.read().decode(errors='replace')
 
     def stop(self):
         if self.proc.poll() is None:
@@ -61,7 +85,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-                raise AssertionError('server ignored SIGTERM for 10 s')
+                raise AssertionError('server ignored SIGTERM for 10 s') from None
         return self.proc.stderr.read().decode()
 
 

@@ -4,7 +4,14 @@ can start either server by swapping the command.
 Test-only: it imports flup (a test dependency) and must never be imported by the package.
 
     python flup_launcher.py [--protocol fcgi|scgi|ajp] --mode thread|fork|single
-                            --bind HOST:PORT|unix:/path [--allowed-servers A,B] [module:callable]
+                            --bind HOST:PORT|unix:/path [--allowed-servers A,B]
+                            [--package flup|flupfast] [--kwargs JSON] [module:callable]
+
+``--package flupfast`` runs flupfast through the very same lines (``flupfast.server.<module>``
+in place of ``flup.server.<module>``), so the differential tests (compat/) compare the two
+libraries, not two command lines; ``--kwargs`` adds keyword arguments for ``WSGIServer`` (a JSON
+object). What ``run()`` returns is reported on stderr as ``flup_launcher: run() returned X``
+(only the parent of a prefork server gets there).
 
 No ``--bind``: FastCGI serves on the listening socket inherited as fd 0 (mod_fcgid style); SCGI
 and AJP use flup's default addresses. No app: a built-in hello app. flup has no SCGI or AJP
@@ -13,6 +20,7 @@ flup's ``allowedServers`` list; without it flup's front-end classes accept anybo
 """
 import argparse
 import importlib
+import json
 import sys
 
 
@@ -57,11 +65,14 @@ MODULES = {
 }
 
 
-def server_class(mode, protocol="fcgi"):
+def server_class(mode, protocol="fcgi", package="flup"):
+    if package == "flupfast":  # flupfast also has scgi_single and ajp_single
+        from flupfast.__main__ import server_module
+        return importlib.import_module(server_module(protocol, mode)).WSGIServer
     try:
         module = MODULES[protocol, mode]
     except KeyError:
-        raise SystemExit("flup 1.0.3 has no %s server in %s mode" % (protocol, mode))
+        raise SystemExit("flup 1.0.3 has no %s server in %s mode" % (protocol, mode)) from None
     return importlib.import_module(module).WSGIServer
 
 
@@ -74,11 +85,15 @@ def main(argv=None):
                         help="umask while creating a Unix socket (octal)")
     parser.add_argument("--allowed-servers", default=None,
                         help="SCGI/AJP: comma-separated IPv4 addresses allowed to connect")
+    parser.add_argument("--package", choices=("flup", "flupfast"), default="flup",
+                        help="the library whose WSGIServer runs (default flup)")
+    parser.add_argument("--kwargs", type=json.loads, default={},
+                        help="more WSGIServer keyword arguments, as a JSON object")
     parser.add_argument("app", nargs="?", default=None, help="module:callable")
     args = parser.parse_args(argv)
 
     app = load_app(args.app)
-    cls = server_class(args.mode, args.protocol)
+    cls = server_class(args.mode, args.protocol, args.package)
     kwargs = {}
     if args.bind is not None or args.protocol == "fcgi":  # else flup's SCGI/AJP default
         kwargs["bindAddress"] = parse_bind(args.bind)
@@ -86,9 +101,11 @@ def main(argv=None):
         kwargs["umask"] = args.umask
     if args.allowed_servers and args.protocol != "fcgi":
         kwargs["allowedServers"] = [a.strip() for a in args.allowed_servers.split(",")]
+    kwargs.update(args.kwargs)
     server = cls(app, **kwargs)
-    # flup's run() returns True on SIGHUP (reload); a launcher just exits.
-    server.run()
+    # flup's run() returns True on SIGHUP (reload); a launcher reports it and exits.
+    ret = server.run()
+    print("flup_launcher: run() returned %r" % (ret,), file=sys.stderr, flush=True)
     return 0
 
 

@@ -877,6 +877,17 @@ WSGIServer(app).run()
 """
 
 
+def write_probe_script(server, htdocs, filename, template, **fields):
+    """Copy the probe app into ``htdocs`` and write the script ``filename`` from ``template``
+    (``{python}``: the mod_fcgid venv's interpreter, readable by www-data); both 0755."""
+    python = fcgid_venv(server)
+    shutil.copy(str(PROBE_SOURCE), str(htdocs / "probe.py"))
+    script = htdocs / filename
+    script.write_text(template.format(python=python, **fields))
+    for p in (htdocs / "probe.py", script):
+        p.chmod(0o755)
+
+
 def start_apache_fcgid(server, name=None):
     """Apache mod_fcgid spawning ``probe.fcgi`` (Debian's python3 in a venv with the server)."""
     require(str(APACHE_MODULES / "mod_fcgid.so"), "libapache2-mod-fcgid")
@@ -885,14 +896,8 @@ def start_apache_fcgid(server, name=None):
     port = free_port()
 
     def setup(front, root, body):
-        python = fcgid_venv(server)
-        htdocs = root / "htdocs"
-        shutil.copy(str(PROBE_SOURCE), str(htdocs / "probe.py"))
-        script = htdocs / "probe.fcgi"
-        script.write_text(FCGID_SCRIPT.format(python=python,
-                                              server_import=server.fcgid_import()))
-        for p in (htdocs / "probe.py", script):
-            p.chmod(0o755)
+        write_probe_script(server, root / "htdocs", "probe.fcgi", FCGID_SCRIPT,
+                           server_import=server.fcgid_import())
         env_lines = ["FcgidInitialEnv PYTHONUNBUFFERED 1",
                      "FcgidInitialEnv PYTHONDONTWRITEBYTECODE 1"]
         if server.speedups is not None:
@@ -961,6 +966,28 @@ def _run(argv, **kw):
     return proc.stdout.decode("utf-8", "replace")
 
 
+# A venv of other flupfast sources is removed only this long after it was built: test runs of
+# other checkouts on the same machine (parallel sessions, worktrees) may be using it right now.
+STALE_VENV_AGE = 6 * 3600
+
+
+def _remove_stale_venvs(base, keep):
+    """Remove the venvs of older flupfast sources that nobody is building (their lock is free)
+    and that were built more than STALE_VENV_AGE ago."""
+    for stale in base.glob("flupfast-peer-venv-flupfast-*"):
+        if not stale.is_dir() or stale == keep:
+            continue
+        with contextlib.suppress(OSError):
+            if time.time() - (stale / ".complete").stat().st_mtime < STALE_VENV_AGE:
+                continue
+        with open(str(stale.with_name(stale.name + ".lock")), "a") as stale_lock:
+            try:
+                fcntl.flock(stale_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # being built by another run
+            shutil.rmtree(str(stale), ignore_errors=True)
+
+
 def fcgid_venv(server):
     """Path of the venv python for mod_fcgid scripts; built under /tmp once per source hash.
 
@@ -976,12 +1003,8 @@ def fcgid_venv(server):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             shutil.rmtree(str(venv), ignore_errors=True)
-            if not server.is_flup:  # venvs of older flupfast sources
-                for stale in base.glob("flupfast-peer-venv-flupfast-*"):
-                    if stale.is_dir() and stale != venv:
-                        shutil.rmtree(str(stale), ignore_errors=True)
-                        with contextlib.suppress(OSError):
-                            stale.with_name(stale.name + ".lock").unlink()
+            if not server.is_flup:
+                _remove_stale_venvs(base, venv)
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("PYTHON", "PIP_REQUIRE", "VIRTUAL_ENV"))}
             _run([SYSTEM_PYTHON, "-m", "venv", str(venv)], env=env)

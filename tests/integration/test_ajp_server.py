@@ -10,40 +10,9 @@ import time
 
 import pytest
 
-from tests.ajp_client import Response, body_packet, read_container_packets, request_bytes
+from tests.ajp_client import WebServer, request_bytes
 from tests.integration.backend_process import free_port
 from tests.integration.backend_process import server_factory  # noqa: F401  (a fixture)
-
-
-class WebServer:
-    def __init__(self, address, timeout=20):
-        family = socket.AF_INET6 if ':' in address[0] else socket.AF_INET
-        self.sock = socket.socket(family)
-        self.sock.settimeout(timeout)
-        self.sock.connect(address)
-        self.buf = b''
-
-    def exchange(self, wire, rest=b''):
-        self.sock.sendall(wire)
-        rest = memoryview(rest)
-        packets = []
-        while True:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                return Response(packets) if packets else None
-            self.buf += data
-            new, self.buf = read_container_packets(self.buf)
-            for item in new:
-                packets.append(item)
-                if item[0] == 'get_body':
-                    n = min(item[1], len(rest))
-                    self.sock.sendall(body_packet(bytes(rest[:n])))
-                    rest = rest[n:]
-                elif item[0] == 'end':
-                    return Response(packets)
-
-    def close(self):
-        self.sock.close()
 
 
 def start(server_factory, mode='thread', extra=()):

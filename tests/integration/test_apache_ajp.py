@@ -112,10 +112,11 @@ class ApacheAjpSuite(AjpChecks, FrontSuite):
     flup_bugs = AJP_FLUP_BUGS
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
-                                       % (self.__class__.__name__[len("TestApacheAjp"):].lower()
-                                          or "pool"), **self.options)
+                                       % (cls.__name__[len("TestApacheAjp"):].lower()
+                                          or "pool"), **cls.options)
         yield front
         front.stop()
 
@@ -140,10 +141,11 @@ class _AjpVariantSuite:
     flup_bugs = AJP_FLUP_BUGS
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
-                                       % self.__class__.__name__[len("TestApacheAjp"):].lower(),
-                                       **self.options)
+                                       % cls.__name__[len("TestApacheAjp"):].lower(),
+                                       **cls.options)
         yield front
         front.stop()
 

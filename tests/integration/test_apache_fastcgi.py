@@ -11,7 +11,8 @@ pytestmark = [pytest.mark.peer]
 
 class TestApacheProxyFcgiReuse(FrontSuite):
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_fcgi(server, reuse=True, name="apache-proxy-reuse")
         yield front
         front.stop()
@@ -19,7 +20,8 @@ class TestApacheProxyFcgiReuse(FrontSuite):
 
 class TestApacheProxyFcgiNoReuse(FrontSuite):
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_fcgi(server, reuse=False, name="apache-proxy-noreuse")
         yield front
         front.stop()
@@ -27,7 +29,8 @@ class TestApacheProxyFcgiNoReuse(FrontSuite):
 
 class TestApacheFcgid(FrontSuite):
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_fcgid(server, name="apache-fcgid")
         yield front
         front.stop()

@@ -19,7 +19,8 @@ class TestApacheScgi(ScgiChecks, FrontSuite):
     flup_bugs = SCGI_FLUP_BUGS
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_scgi(server, pathinfo=False, name="apache-scgi")
         yield front
         front.stop()
@@ -41,7 +42,8 @@ class TestApacheScgiPathInfo:
     pytestmark = [pytest.mark.peer]
 
     @pytest.fixture(scope="class")
-    def front(self, server):
+    @classmethod
+    def front(cls, server):
         front = start_apache_proxy_scgi(server, pathinfo=True, name="apache-scgi-pathinfo")
         yield front
         front.stop()

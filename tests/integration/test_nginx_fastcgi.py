@@ -19,9 +19,10 @@ class NginxSuite(FrontSuite):
     options = {}
 
     @pytest.fixture(scope="class")
-    def front(self, server):
-        front = start_nginx(server, name="nginx-%s" % self.__class__.__name__[9:].lower(),
-                            **self.options)
+    @classmethod
+    def front(cls, server):
+        front = start_nginx(server, name="nginx-%s" % cls.__name__[9:].lower(),
+                            **cls.options)
         yield front
         front.stop()
 
@@ -79,9 +80,10 @@ class _ModeSuite:
     keep_conn = True
 
     @pytest.fixture(scope="class")
-    def front(self, server):
-        front = start_nginx(server, keep_conn=self.keep_conn, mode=self.mode,
-                            name="nginx-%s" % self.mode)
+    @classmethod
+    def front(cls, server):
+        front = start_nginx(server, keep_conn=cls.keep_conn, mode=cls.mode,
+                            name="nginx-%s" % cls.mode)
         yield front
         front.stop()
 

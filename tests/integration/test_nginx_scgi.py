@@ -24,9 +24,10 @@ class NginxScgiSuite(ScgiChecks, FrontSuite):
     flup_bugs = SCGI_FLUP_BUGS
 
     @pytest.fixture(scope="class")
-    def front(self, server):
-        front = start_nginx_scgi(server, unix=self.unix,
-                                 name="nginx-scgi-%s" % ("unix" if self.unix else "tcp"))
+    @classmethod
+    def front(cls, server):
+        front = start_nginx_scgi(server, unix=cls.unix,
+                                 name="nginx-scgi-%s" % ("unix" if cls.unix else "tcp"))
         yield front
         front.stop()
 
@@ -87,8 +88,9 @@ class _ScgiModeSuite:
     mode = None
 
     @pytest.fixture(scope="class")
-    def front(self, server):
-        front = start_nginx_scgi(server, mode=self.mode, name="nginx-scgi-%s" % self.mode)
+    @classmethod
+    def front(cls, server):
+        front = start_nginx_scgi(server, mode=cls.mode, name="nginx-scgi-%s" % cls.mode)
         yield front
         front.stop()
 

@@ -195,7 +195,7 @@ def test_input_stream_chunk_references(backend):
 def test_input_stream_cycle_is_collected(backend):
     # The pull of a real connection refers back to what holds the stream.
     holder = {}
-    stream = backend.InputStream(lambda: holder['stream'] and b'')
+    stream = backend.InputStream(lambda: holder['stream'] and b'')  # noqa: F821 (del'd below)
     holder['stream'] = stream
     stream.read(1)
     ref = weakref.ref(stream)

@@ -29,7 +29,7 @@ def simulate(limits, states, steps, rng):
         # The world moves: exiting children get reaped, others change state.
         for pid in [pid for pid, state in states.items() if state == EXITING]:
             del states[pid]
-        for pid, state in list(states.items()):
+        for pid, _state in list(states.items()):
             states[pid] = rng.choice((IDLE, BUSY))
 
 
@@ -202,14 +202,15 @@ def child_loop(request):
     return serve_child if request.param == 'py' else _compiled_serve_child()
 
 
-def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True, loop=serve_child):
+def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True, loop=serve_child,
+                   timeout=5.0, board=None):
     listen = ListenPair(tmp_path)
     parent, child = socket.socketpair()
     child.setblocking(False)
     CountingJob.seen_limits = []
     CountingJob.seen_timeouts = []
     thread = threading.Thread(target=loop, args=(
-        listen.sock, child, CountingJob, (b"ok",), allowed, max_requests, 5.0))
+        listen.sock, child, CountingJob, (b"ok",), allowed, max_requests, timeout, board))
     thread.start()
     return listen, parent, child, thread
 
@@ -279,3 +280,73 @@ def test_notify_parent_reports_a_gone_parent():
         assert parent.recv(1) == STATUS_IDLE
         parent.close()
         assert notify_parent(child, STATUS_IDLE) is False
+
+
+# -- the scoreboard: children report in shared memory, waking the parent only when needed ------
+
+def _wait_for(predicate):
+    for _ in range(1000):
+        if predicate():
+            return True
+        threading.Event().wait(0.01)
+    return False
+
+
+def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
+    import mmap
+    from flupfast.serving.prefork import SLOT_UNREPORTED, ChildBoard
+    shared = mmap.mmap(-1, 8)
+    shared[0] = STATUS_IDLE[0]  # a sibling idle: going busy leaves min_spare=1 idle
+    shared[3] = SLOT_UNREPORTED
+    board = ChildBoard(shared, 3, 1, 5)
+    listen, parent, child, thread = run_child_loop(tmp_path, 0, loop=child_loop, timeout=None,
+                                                   board=board)
+    try:
+        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        assert listen.request(2) == [b"ok\n", b"ok\n"]
+        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        parent.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            parent.recv(1)  # idle count stayed within [min_spare, max_spare]: no wake-up
+        # The sibling turns busy: now this child's request leaves no idle child, so it wakes
+        # the parent when it turns busy (and not when it is idle again: 1 idle is enough).
+        shared[0] = STATUS_BUSY[0]
+        assert listen.request(1) == [b"ok\n"]
+        assert recv_exact(parent, 1) == STATUS_BUSY
+        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        parent.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            parent.recv(1)
+        # Too many idle siblings: turning idle wakes the parent so it can retire some.
+        for slot in (0, 1, 2, 4, 5):
+            shared[slot] = STATUS_IDLE[0]
+        assert listen.request(1) == [b"ok\n"]
+        assert recv_exact(parent, 1) == STATUS_IDLE
+    finally:
+        parent.close()  # the child exits at the parent's EOF
+        thread.join(10)
+        assert not thread.is_alive()
+        listen.sock.close()
+        child.close()
+
+
+def test_parent_reads_board_and_falls_back_to_status_bytes():
+    import mmap
+    from flupfast.serving.prefork import SLOT_UNREPORTED, ChildRecord, PreforkMode
+    mode = PreforkMode(CountingJob, min_spare=1, max_spare=2, max_children=4)
+    mode._board = mmap.mmap(-1, 4)
+    try:
+        mode.children = {
+            10: ChildRecord(10, None, IDLE, slot=0),   # reports on the board
+            11: ChildRecord(11, None, BUSY, slot=1),   # never wrote its slot: status bytes
+            12: ChildRecord(12, None, EXITING, slot=2),
+        }
+        mode._board[0] = STATUS_BUSY[0]
+        mode._board[1] = SLOT_UNREPORTED
+        mode._board[2] = STATUS_IDLE[0]
+        mode._read_board()
+        assert {pid: c.state for pid, c in mode.children.items()} == {
+            10: BUSY, 11: BUSY, 12: EXITING}
+        assert mode._free_slot() == 3
+    finally:
+        mode._board.close()
