@@ -302,4 +302,42 @@ DIFFERENCES = [
         'refuses packets over 65536 bytes with their header (the codec\'s AJP_MAX_PACKET); '
         'Record.write sends contentData[:contentLength] with its real length, as version 1',
         'the helpers are the codec\'s checks under flup\'s names'),
+    # Reliability (issue 8): overload, shutdown and timeouts.
+    Difference(
+        'threaded-pool-full', 'threadedserver.py:97-103',
+        'closes every connection accepted while maxThreads threads are busy: the web server '
+        'shows a 502 ("incomplete headers", "upstream prematurely closed")',
+        'queues it until a thread is free (at most MAX_QUEUED_CONNECTIONS = 64, and an idle '
+        'persistent connection is closed to free its thread); beyond that answers at once with '
+        'FastCGI END_REQUEST FCGI_OVERLOADED after a 503 page on STDOUT, or an SCGI/AJP 503, '
+        'and logs it',
+        'a burst must be served, and a refusal must say so'),
+    Difference(
+        'threaded-stop-idle-connection', 'threadedserver.py:114-120, threadpool.py:67-76',
+        'on SIGTERM waits, without end, for every connection the web server keeps open '
+        '(Apache\'s AJP pool, nginx\'s FastCGI keepalive)',
+        'closes persistent connections idle between requests at once (also those whose '
+        'request is still running, when it ends) and waits at most 5 s for running requests',
+        'service managers expect SIGTERM to stop the process promptly'),
+    Difference(
+        'prefork-shutdown-drain', 'preforkserver.py:240-260',
+        'on SIGTERM, SIGINT or SIGHUP sends SIGINT to busy children at once: every request in '
+        'flight fails',
+        'lets busy children finish for DRAIN_GRACE (5 s) before SIGINT, then escalates',
+        'a restart or a deploy must not fail the requests it finds in flight'),
+    Difference(
+        'request-timeout-watchdog', 'fcgi_base.py:561-591, scgi_base.py:217-291, '
+        'ajp_base.py:615-730',
+        'implements timeout= with signal.alarm and a SIGALRM handler: main thread only '
+        '(silently nothing in multiplexed request threads), replaces the app\'s SIGALRM '
+        'handler and cancels its alarm; a float timeout raises TypeError',
+        'a watchdog thread reports "Timeout Exceeded" with the request thread\'s stack and '
+        'raises TimeoutException in that thread; a blocking call in the main thread is '
+        'interrupted with SIGRTMIN+3; the app\'s SIGALRM handler and alarm are left alone',
+        'an app\'s own alarms and threads must survive the server\'s timeouts'),
+    Difference(
+        'fastcgi-refused-peer-logged', 'fcgi.py:98-102, fcgi_fork.py:124-128, fcgi_single.py:103',
+        'closes a connection from a peer outside FCGI_WEB_SERVER_ADDRS without a word',
+        'also logs a warning naming the peer',
+        'a refused web server must be diagnosable'),
 ]

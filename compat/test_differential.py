@@ -66,6 +66,12 @@ SHOWN_ELSEWHERE = {
     'flup-clients': 'tests/unit/test_clients.py',
     'connection-internals': 'compat/test_api_surface.py',
     'flup-adapters-strict': 'tests/unit/test_flup_adapters.py',
+    # Reliability (issue 8): shown against flupfast's processes under fault.
+    'threaded-pool-full': 'tests/reliability/test_faults.py',
+    'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',
+    'prefork-shutdown-drain': 'tests/reliability/test_faults.py',
+    'request-timeout-watchdog': 'tests/reliability/test_faults.py',
+    'fastcgi-refused-peer-logged': 'tests/reliability/test_access.py',
 }
 
 NO_ANSWER = (CLOSED, RESET)

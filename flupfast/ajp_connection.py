@@ -14,6 +14,8 @@ from flupfast.body import ClientDisconnected
 from flupfast.connection import LoggedConnection, request_deadline, server_stopping
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
+from flupfast.output import (OVERLOADED_BODY, OVERLOADED_HEADERS, OVERLOADED_REASON,
+                             OVERLOADED_STATUS)
 from flupfast.protocols import ajp
 from flupfast.protocols.errors import AJPError
 
@@ -213,7 +215,11 @@ class AJPConnection(LoggedConnection):
 
     def _serve(self):
         while not self.closed:
-            self.idle = True  # waiting for a request: a single-mode stop may end the wait
+            # Waiting for the next request: a stop may end the wait. A new connection is not
+            # idle: its first request is on the way.
+            self.idle = self.served > 0
+            if self.idle and self.idle_check is not None and self.idle_check():
+                return
             try:
                 payload = None if server_stopping(self.server) else self._next_packet()
             finally:
@@ -236,6 +242,26 @@ class AJPConnection(LoggedConnection):
             else:
                 raise AJPError('unknown packet type 0x%02x (%d bytes) between requests'
                                % (kind, len(payload)))
+
+    def _answer_overloaded(self):
+        """A 503 to the first FORWARD_REQUEST (CPINGs before it are answered: the web server
+        checks the connection that way), with END_RESPONSE telling it not to reuse the
+        connection."""
+        while True:
+            payload = self._next_packet()
+            if not payload:
+                return
+            if payload[0] == ajp.PKTTYPE_CPING:
+                self.send([ajp.CPONG_PACKET])
+            elif payload[0] == ajp.PKTTYPE_FWD_REQ:
+                break
+        _, content_length, chunked, _ = _impl.decode_forward_request(payload)
+        if content_length and not chunked:
+            self.next_body_chunk()  # the unsolicited first chunk, so the close is clean
+        self.send([ajp.encode_send_headers(OVERLOADED_STATUS, OVERLOADED_REASON,
+                                           OVERLOADED_HEADERS)]
+                  + _impl.frame_body(OVERLOADED_BODY, self.body_chunk)
+                  + [ajp.encode_end_response(False)])
 
     def _forward_request(self, payload):
         """Serve one request; returns False when the connection must close afterwards."""

@@ -5,7 +5,10 @@ The stream knows no protocol: it calls ``pull()`` for the next chunk only when t
 and ``pull()`` returns ``b''`` at the end of the body (the protocol bounds it: end of FastCGI
 STDIN, CONTENT_LENGTH for SCGI and AJP). ``flupfast._speedups.InputStream`` is the compiled twin.
 """
+import atexit
 import collections
+import os
+import shutil
 import tempfile
 import threading
 
@@ -183,9 +186,34 @@ class InputStream:
         return self._eof
 
 
+_spool_dir_lock = threading.Lock()
+_spool_dir = None  # (pid, path): each process makes its own, so a forked child never shares
+
+
+def _remove_spool_dir(pid, path):
+    if os.getpid() == pid:  # atexit handlers are inherited by forked children: not theirs
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def spool_directory():
+    """This process's private spool directory (mode 0700, made on first use in the temp
+    dir, removed at exit): request bodies never sit where another user could list or open
+    them, whatever TMPDIR's permissions or the process umask."""
+    global _spool_dir
+    pid = os.getpid()
+    with _spool_dir_lock:
+        if _spool_dir is None or _spool_dir[0] != pid or not os.path.isdir(_spool_dir[1]):
+            path = tempfile.mkdtemp(prefix='flupfast-spool-')  # 0700, owned by us
+            atexit.register(_remove_spool_dir, pid, path)
+            _spool_dir = (pid, path)
+        return _spool_dir[1]
+
+
 class Spool:
     """A body pushed by one thread and pulled by another, held in memory up to
     ``memory_limit`` bytes and in an anonymous temporary file beyond (waitress's buffers).
+    The file is created 0600 in the private ``spool_directory()`` and has no name (unlinked
+    at once, or never linked with O_TMPFILE); ``close`` (also after ``abort``) releases it.
 
     ``pull`` blocks until data or the end arrives; ``abort`` wakes it with ClientDisconnected.
     """
@@ -200,14 +228,18 @@ class Spool:
         self._file_size = 0
         self._ended = False
         self._error = None
+        self._closed = False
         self._cond = threading.Condition()
 
     def push(self, data):
         if not data:
             return
         with self._cond:
+            if self._closed:
+                return  # the request ended: nobody will read it
             if self._file is None and self._memory + len(data) > self._memory_limit:
-                self._file = tempfile.TemporaryFile(prefix='flupfast-body-')
+                self._file = tempfile.TemporaryFile(prefix='flupfast-body-',
+                                                    dir=spool_directory())
             if self._file is not None:
                 self._file.seek(self._file_size)
                 self._file.write(data)
@@ -243,6 +275,8 @@ class Spool:
                     return b''
                 if self._error is not None:
                     raise ClientDisconnected(self._error)
+                if self._closed:
+                    raise ClientDisconnected('the request body was released')
                 self._cond.wait()
 
     @property
@@ -250,9 +284,12 @@ class Spool:
         return self._memory
 
     def close(self):
+        """Release the memory and the file; later pushes are dropped, a pull ends."""
         with self._cond:
+            self._closed = True
             if self._file is not None:
                 self._file.close()
                 self._file = None
             self._chunks.clear()
             self._memory = 0
+            self._cond.notify_all()

@@ -7,6 +7,7 @@ No WSGI here (gateway.py) and no accept loop or process model (serving/).
 """
 import collections
 import logging
+import os
 import signal
 import socket
 import sys
@@ -19,8 +20,9 @@ from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
-                             MAX_OPEN_REQUESTS, RECV_BUFFER_SIZE)
-from flupfast.output import is_regular_file, send_buffers, shutdown_quietly
+                             MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE)
+from flupfast.output import (OVERLOADED_CGI_RESPONSE, is_regular_file, send_buffers,
+                             shutdown_quietly)
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
@@ -54,6 +56,11 @@ class Connection:
     """What every protocol's connection shares: the socket, a reused receive buffer, a send
     queue that gathers buffers into one ``sendmsg``, and the lingering close.
     """
+
+    # Set by the serving mode: called when a persistent connection is about to wait for the
+    # web server's next request; True ends the connection instead (the mode is stopping, or
+    # needs the thread for a queued connection). None: wait.
+    idle_check = None
 
     def __init__(self, sock, addr):
         self._sock = sock
@@ -92,14 +99,14 @@ class Connection:
         with self._send_lock:
             self._sock.sendfile(filelike, filelike.tell())
 
-    def linger_close(self):
+    def linger_close(self, seconds=LINGER_SECONDS):
         """Half-close, discard what the peer still sends for a bounded time, then close, so
         unread request bytes do not turn our FIN into an RST that destroys the response.
         """
         if self.closed:
             return
         shutdown_quietly(self._sock, socket.SHUT_WR)
-        deadline = time.monotonic() + LINGER_SECONDS
+        deadline = time.monotonic() + seconds
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -119,6 +126,23 @@ class Connection:
                 self._sock.close()
             except OSError:
                 pass
+
+    def refuse_overloaded(self):
+        """Answer the connection's first request with the protocol's "overloaded" reply
+        instead of serving it (no worker is free: the mode's queue is full), then close.
+        Reading the request head, the answer and the lingering close take at most
+        OVERLOAD_ANSWER_SECONDS: this runs in the accept loop's thread."""
+        deadline = time.monotonic() + OVERLOAD_ANSWER_SECONDS
+        try:
+            self._sock.settimeout(OVERLOAD_ANSWER_SECONDS)
+            self._answer_overloaded()
+        except (OSError, EOFError, ProtocolError):
+            pass  # the peer left, sent garbage or took too long: closing is all that is left
+        self.linger_close(max(0.0, deadline - time.monotonic()))
+
+    def _answer_overloaded(self):
+        """Read the first request's head and send the protocol's refusal."""
+        raise NotImplementedError
 
 
 class LoggedConnection(Connection):
@@ -300,34 +324,117 @@ class TimeoutException(Exception):
     """Raised inside the app when a fork server's per-request ``timeout`` expires."""
 
 
+# The signal that interrupts a blocking call (sleep, recv) of the main thread when its request's
+# deadline passes. A real-time signal, which no app is likely to use: SIGALRM is the app's.
+_WAKE_SIGNAL = signal.SIGRTMIN + 3 if hasattr(signal, 'SIGRTMIN') else None
+
+
+def _raise_in_thread(thread_id, exc_class):
+    """Make ``exc_class`` (None: nothing) the exception ``thread_id`` raises at its next
+    bytecode; the CPython API every per-thread timeout builds on."""
+    import ctypes
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_class) if exc_class else None)
+
+
+def _on_wake_signal(signum, frame):
+    """Does nothing itself: running any Python code lets the pending TimeoutException raise,
+    out of the blocking call the signal interrupted."""
+
+
+class _Deadlines:
+    """One watchdog thread per process for every request's ``timeout``: when one passes, it
+    reports flup's "Timeout Exceeded" and the request thread's stack, and raises
+    TimeoutException in that thread (any thread, unlike flup's SIGALRM, which works only in the
+    main thread and replaces the app's alarm and handler)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._armed = {}  # id(entry) -> [deadline, thread id, report, fired]
+        self._pid = None  # the process whose watchdog thread runs (threads die with fork)
+
+    def arm(self, seconds, report):
+        entry = [time.monotonic() + seconds, threading.get_ident(), report, False]
+        if threading.current_thread() is threading.main_thread():
+            self._install_wake_handler()
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._armed = {}
+                threading.Thread(target=self._watch, name='flupfast-deadlines',
+                                 daemon=True).start()
+            self._armed[id(entry)] = entry
+            self._cond.notify()
+        return entry
+
+    def disarm(self, entry, timed_out):
+        with self._cond:
+            self._armed.pop(id(entry), None)
+            if entry[3] and not timed_out:
+                _raise_in_thread(entry[1], None)  # fired as the request ended: cancel it
+
+    @staticmethod
+    def _install_wake_handler():
+        if _WAKE_SIGNAL is not None and signal.getsignal(_WAKE_SIGNAL) in (signal.SIG_DFL,
+                                                                            None):
+            signal.signal(_WAKE_SIGNAL, _on_wake_signal)
+
+    def _watch(self):
+        cond = self._cond
+        with cond:
+            while True:
+                now = time.monotonic()
+                wait = None
+                for key, entry in list(self._armed.items()):
+                    if entry[0] <= now:
+                        del self._armed[key]
+                        entry[3] = True
+                        self._fire(entry)
+                    elif wait is None or entry[0] - now < wait:
+                        wait = entry[0] - now
+                cond.wait(wait)
+
+    @staticmethod
+    def _fire(entry):
+        _, thread_id, report, _ = entry
+        frame = sys._current_frames().get(thread_id)
+        try:
+            report('Timeout Exceeded\n')
+            if frame is not None:
+                report(''.join(traceback.format_stack(frame)))
+        except Exception:
+            logger.exception('cannot report a request timeout')
+        _raise_in_thread(thread_id, TimeoutException)
+        if _WAKE_SIGNAL is not None and thread_id == threading.main_thread().ident \
+                and signal.getsignal(_WAKE_SIGNAL) is _on_wake_signal:
+            signal.pthread_kill(thread_id, _WAKE_SIGNAL)  # out of a blocking call
+
+
+_deadlines = _Deadlines()
+
+
 class request_deadline:
-    """flup's per-request ``timeout`` of the fork servers (fcgi_base.py:561-591): SIGALRM
-    raises TimeoutException inside the app after writing "Timeout Exceeded" and the stack.
-    Signals reach only the main thread, so elsewhere (threads, multiplexing) it is a no-op,
-    and the previous SIGALRM handler is restored afterwards.
+    """flup's per-request ``timeout`` of the fork servers (fcgi_base.py:561-591): once it
+    passes, "Timeout Exceeded" and the stack are reported and TimeoutException raises inside
+    the app. A watchdog thread does it, not SIGALRM: it works in any thread (multiplexed
+    requests too), and the app's own alarm and SIGALRM handler are left alone.
     """
 
     def __init__(self, timeout, report):
         self._timeout = timeout
         self._report = report
-        self._previous = None
-
-    def _expired(self, signum, frame):
-        self._report('Timeout Exceeded\n')
-        self._report(''.join(traceback.format_stack(frame)))
-        raise TimeoutException
+        self._entry = None
 
     def __enter__(self):
-        if self._timeout and threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGALRM, self._expired)
-            signal.setitimer(signal.ITIMER_REAL, self._timeout)
+        if self._timeout:
+            self._entry = _deadlines.arm(self._timeout, self._report)
         return self
 
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._previous)
-            self._previous = None
+    def __exit__(self, exc_type, exc, tb):
+        if self._entry is not None:
+            entry, self._entry = self._entry, None
+            _deadlines.disarm(entry, exc_type is not None and issubclass(exc_type,
+                                                                         TimeoutException))
         return False
 
 
@@ -498,8 +605,11 @@ class FastCGIConnection(Connection):
     def _serve(self):
         while not self.closed:
             if not self._events:
-                # Between requests (KEEP_CONN) a single-mode stop may end the wait.
-                self.idle = not self._requests
+                # Between requests (KEEP_CONN) a stop may end the wait; a new connection is
+                # not idle: its first request is on the way.
+                self.idle = self.served > 0 and not self._requests
+                if self.idle and self.idle_check is not None and self.idle_check():
+                    return
                 try:
                     if (self.idle and server_stopping(self.server)) or not self._read_events():
                         return
@@ -507,6 +617,23 @@ class FastCGIConnection(Connection):
                     self.idle = False
             while self._events and not self.closed:
                 self._dispatch(self._events.popleft())
+
+    def _answer_overloaded(self):
+        """FastCGI's refusal (spec 5.5): END_REQUEST with FCGI_OVERLOADED for the first
+        request. nginx and Apache ignore the protocol status and would show a 502 for a request
+        with no output, so a 503 response on STDOUT comes first."""
+        while True:
+            while not self._events:
+                if not self._read_events():
+                    return
+            record_type, request_id, payload = self._events.popleft()
+            if record_type == fcgi.FCGI_BEGIN_REQUEST:
+                break
+            if record_type == fcgi.FCGI_GET_VALUES:
+                self._on_get_values(payload)
+        self.send([fcgi.encode_record(fcgi.FCGI_STDOUT, request_id, OVERLOADED_CGI_RESPONSE),
+                   fcgi.encode_record(fcgi.FCGI_STDOUT, request_id),
+                   fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
 
     def _finish(self):
         for req in list(self._requests.values()):
@@ -518,7 +645,13 @@ class FastCGIConnection(Connection):
                 thread = getattr(req, '_thread', None)
                 if thread is not None:
                     thread.join()
+                self._release_spools(req)  # also when the request's thread died unended
         self.close()
+
+    @staticmethod
+    def _release_spools(req):
+        for spool in req._pending.values():
+            spool.close()
 
     def _dispatch(self, event):
         record_type, request_id, payload = event
@@ -618,6 +751,8 @@ class FastCGIConnection(Connection):
             if not is_peer_gone(exc):
                 raise
             self._requests.pop(req.requestId, None)
+            if self.multiplexed:
+                self._release_spools(req)
             self.close()
             return
         self.served += 1
@@ -655,8 +790,7 @@ class FastCGIConnection(Connection):
         with self._send_lock:
             self._requests.pop(req.requestId, None)
             last = not self._requests
-        for spool in req._pending.values():
-            spool.close()
+        self._release_spools(req)
         if last and not req.keep_conn:
             # Wake the reading thread; it closes the socket once the reads stop.
             shutdown_quietly(self._sock, socket.SHUT_RDWR)

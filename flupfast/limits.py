@@ -56,3 +56,16 @@ AJP_DEFAULT_PACKET = 8192
 # Body bytes per SEND_BODY_CHUNK in a default 8 KiB packet: the packet less its 4-byte header,
 # the type byte, the 2-byte chunk length and the trailing NUL (flup's Request._maxWrite).
 AJP_DEFAULT_MAX_DATA = AJP_DEFAULT_PACKET - 8
+
+# Thread mode: connections accepted while every worker thread is busy wait in the pool's queue,
+# at most this many; each is answered when a thread frees up. Beyond it a connection gets the
+# protocol's "overloaded" answer at once (FastCGI END_REQUEST FCGI_OVERLOADED, SCGI/AJP 503):
+# a web server that retries elsewhere does better with a prompt refusal than with a long wait,
+# and flup's silent close (a 502 "incomplete headers") tells nobody anything. 64 covers a burst
+# from nginx's or Apache's usual worker counts without letting the wait grow without end.
+MAX_QUEUED_CONNECTIONS = 64
+
+# The overloaded answer runs in the accept loop's thread (no worker is free): reading the request
+# head, sending the refusal and the lingering close together take at most this long, so a slow
+# peer can delay accepting by no more than this.
+OVERLOAD_ANSWER_SECONDS = 1.0

@@ -23,6 +23,16 @@ def build_cgi_head(status, headers):
     return b''.join(parts)
 
 
+# The answer to a request refused because every worker is busy and the queue is full (FastCGI
+# sends it before END_REQUEST FCGI_OVERLOADED, SCGI alone; AJP sends the same status and body).
+OVERLOADED_STATUS = 503
+OVERLOADED_REASON = b'Service Unavailable'
+OVERLOADED_HEADERS = [(b'Content-Type', b'text/plain'), (b'Retry-After', b'1')]
+OVERLOADED_BODY = b'503 Service Unavailable: the server is overloaded, retry later.\n'
+OVERLOADED_CGI_RESPONSE = build_cgi_head(b'%d %s' % (OVERLOADED_STATUS, OVERLOADED_REASON),
+                                         OVERLOADED_HEADERS) + OVERLOADED_BODY
+
+
 def send_buffers(sock, buffers):
     """Send every buffer in order with as few syscalls as possible (``sendmsg`` gathers up to
     MAX_IOVECS of them). Partial sends resume where the kernel stopped, by memoryview slicing,

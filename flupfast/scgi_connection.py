@@ -15,6 +15,7 @@ from flupfast.body import ClientDisconnected
 from flupfast.connection import (LoggedConnection, RawOutputStream, request_deadline,
                                  server_stopping)
 from flupfast.gateway import is_peer_gone
+from flupfast.output import OVERLOADED_CGI_RESPONSE
 from flupfast.protocols.errors import SCGIError
 
 LoggerName = 'scgi-wsgi'
@@ -179,6 +180,11 @@ class SCGIConnection(LoggedConnection):
             req.run()
         output.flush()
         self.served = 1
+
+    def _answer_overloaded(self):
+        """SCGI has no refusal of its own: the header netstring is read, a 503 sent."""
+        self._read_header()
+        self.send([OVERLOADED_CGI_RESPONSE])
 
     def _finish(self):
         """Close; when body bytes may still be on the way, close lingering so the web

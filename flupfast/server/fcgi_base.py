@@ -415,9 +415,14 @@ class BaseFCGIServer(object):
 
     def _isClientAllowed(self, addr):
         # FCGI_WEB_SERVER_ADDRS (spec 3.2): only the listed IPv4 peers; with the variable set,
-        # Unix-socket and IPv6 peers are refused, as flup does.
-        return self._web_server_addrs is None or \
-            (isinstance(addr, tuple) and len(addr) == 2 and addr[0] in self._web_server_addrs)
+        # Unix-socket and IPv6 peers are refused, as flup does (silently: we log it).
+        if self._web_server_addrs is None or \
+                (isinstance(addr, tuple) and len(addr) == 2 and addr[0] in self._web_server_addrs):
+            return True
+        _connection.logger.warning('FastCGI connection from %s refused: not in '
+                                   'FCGI_WEB_SERVER_ADDRS',
+                                   addr[0] if isinstance(addr, tuple) and addr else 'a Unix socket')
+        return False
 
     def _run_mode(self, mode_run):
         """flup's front-end ``run()``, once for the three modes: read FCGI_WEB_SERVER_ADDRS,

@@ -17,13 +17,15 @@ import sys
 import time
 from dataclasses import dataclass
 
+from flupfast.output import shutdown_quietly
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
 from flupfast.serving.signals import LoopControl
 
 __all__ = [
-    "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "SHUTDOWN_GRACE",
-    "TERM_GRACE", "ChildBoard", "ChildRecord", "PoolChange", "PoolLimits", "PreforkMode",
+    "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "DRAIN_GRACE",
+    "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL", "ChildBoard", "ChildDrain", "ChildRecord",
+    "PoolChange", "PoolLimits", "PreforkMode",
     "decide_pool_change", "notify_parent", "serve_child",
 ]
 
@@ -50,8 +52,13 @@ EXITING = "exiting"  # told to go, or seen to go (EOF); still a process until re
 # The parent wakes at least this often even with nothing to do: a safety net for reaping and
 # for flags set from another thread (signals and child events wake it at once).
 PARENT_TICK = 1.0
-# On shutdown, busy children get SIGINT and this long to finish their request (flup's 10 s
-# alarm, which never fired: bug 8) before SIGTERM ...
+# On shutdown (INT, TERM, HUP), busy children first get this long to finish their request in
+# peace: they exit when it ends, finding the parent gone. flup sends SIGINT at once, failing
+# every request in flight. A child holding a persistent connection (AJP, FastCGI KEEP_CONN)
+# stays busy until the web server closes it, so the drain is bounded as the thread mode's.
+DRAIN_GRACE = 5.0
+# ... then SIGINT (KeyboardInterrupt in the job) and this long (flup's 10 s alarm, which never
+# fired: bug 8) before SIGTERM ...
 SHUTDOWN_GRACE = 10.0
 # ... and SIGTERM this long before SIGKILL (a child may have its own SIGTERM handler).
 TERM_GRACE = 2.0
@@ -64,6 +71,11 @@ SPAWN_BACKOFF = 1.0
 # Pause after accept() fails for lack of fds/memory in a child (see single.ACCEPT_BACKOFF).
 ACCEPT_BACKOFF = 0.1
 
+# Sent to the busy children when the parent stops: a child whose persistent connection (AJP,
+# FastCGI KEEP_CONN) waits idle for the web server's next request ends it at once, one in a
+# request ends the connection after it; then they exit, finding the parent gone. A real-time
+# signal, which apps leave alone (SIGUSR1/SIGUSR2 are often theirs).
+DRAIN_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else None
 # accept4() on Linux never passes the listening socket's O_NONBLOCK on (accept(2)).
 _ACCEPT_GIVES_BLOCKING = sys.platform.startswith("linux")
 
@@ -243,6 +255,36 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 return  # retire; the parent sees EOF and replaces us
         if not report(parent_sock, STATUS_IDLE):
             return  # parent gone
+
+
+class ChildDrain:
+    """A child's side of DRAIN_SIGNAL: the job it runs and that job's socket, so the handler
+    can end an idle persistent connection, and the flag a job checks before it goes idle."""
+
+    __slots__ = ("job", "client", "draining")
+
+    def __init__(self):
+        self.job = self.client = None
+        self.draining = False
+
+    def wrap(self, job_class):
+        """A job factory for serve_child: ``job_class``'s jobs, remembered and told to ask
+        ``is_draining`` before waiting idle (flup's jobClass contract is unchanged)."""
+        def make_job(client, addr, *args):
+            job = job_class(client, addr, *args)
+            self.job, self.client = job, client
+            if hasattr(job, "idle"):
+                job.idle_check = self.is_draining
+            return job
+        return make_job
+
+    def is_draining(self):
+        return self.draining
+
+    def on_signal(self, signum, frame):
+        self.draining = True
+        if getattr(self.job, "idle", False):
+            shutdown_quietly(self.client, socket.SHUT_RD)  # its blocked read ends at once
 
 
 # -- the parent side --------------------------------------------------------------------------
@@ -530,23 +572,30 @@ class PreforkMode(LoopControl):
         """The child's main loop: ``serve_child`` (the backend's twin) with this mode's
         settings."""
         from flupfast import _impl  # here: _impl imports this module for the pure twin
-        _impl.serve_child(sock, parent_sock, self.job_class, self.job_args,
+        job_class = self.job_class
+        if DRAIN_SIGNAL is not None:
+            drain = ChildDrain()
+            signal.signal(DRAIN_SIGNAL, drain.on_signal)
+            job_class = drain.wrap(job_class)
+        _impl.serve_child(sock, parent_sock, job_class, self.job_args,
                           self.is_client_allowed, self.max_requests, self.sock_timeout or None,
                           self._child_board)
 
     # -- shutdown ------------------------------------------------------------------------------
 
     def retire_all_children(self):
-        """Close every child's socket (idle children exit at once), SIGINT the busy ones, and
-        escalate to SIGTERM after SHUTDOWN_GRACE and SIGKILL after TERM_GRACE more. Returns
-        when every child is reaped (or KILL_WAIT after SIGKILL)."""
+        """Close every child's socket: idle children exit at once, busy ones once their job
+        ends (DRAIN_SIGNAL ends a persistent connection's idle wait). Those still running
+        after DRAIN_GRACE get SIGINT, SIGTERM after SHUTDOWN_GRACE more, SIGKILL after
+        TERM_GRACE more. Returns when every child is reaped (or KILL_WAIT after SIGKILL)."""
         self._read_board()
         busy = [pid for pid, child in self.children.items() if child.state == BUSY]
         for child in list(self.children.values()):
             self._release(child)
-        self._signal_children(signal.SIGINT, busy)
-        stages = [(SHUTDOWN_GRACE, signal.SIGTERM), (TERM_GRACE, signal.SIGKILL),
-                  (KILL_WAIT, None)]
+        if DRAIN_SIGNAL is not None:
+            self._signal_children(DRAIN_SIGNAL, busy)
+        stages = [(DRAIN_GRACE, signal.SIGINT), (SHUTDOWN_GRACE, signal.SIGTERM),
+                  (TERM_GRACE, signal.SIGKILL), (KILL_WAIT, None)]
         deadline = time.monotonic()
         for grace, next_signal in stages:
             deadline += grace

@@ -126,8 +126,13 @@ class SingleMode(AcceptLoop):
         if not value and self._job is not None and getattr(self._job, "idle", False):
             shutdown_quietly(self._client, socket.SHUT_RD)
 
+    def _idle_check(self):
+        return not self._keep_going
+
     def dispatch(self, job, client):
         self._job, self._client = job, client
+        if hasattr(job, "idle"):
+            job.idle_check = self._idle_check  # a job going idle after a stop ends at once
         try:
             job.run()
         except Exception:

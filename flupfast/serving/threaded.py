@@ -1,11 +1,17 @@
 """The threaded mode: the accept loop hands each job to a ThreadPool.
 
-Owns the hand-off, the refusal when the pool is full, and a bounded shutdown. It must not know
-the protocol, close the listening socket, or wait forever for a kept-alive connection (flup
-bug 28).
+Owns the hand-off, the bounded queue when every thread is busy (and the "overloaded" answer
+beyond it), ending idle persistent connections when their threads are needed, and a bounded
+shutdown. It must not know the protocol (a job answers "overloaded" itself), close the
+listening socket, or wait forever for a kept-alive connection (flup bug 28).
 """
 import logging
+import socket
+import threading
+import time
 
+from flupfast.limits import MAX_QUEUED_CONNECTIONS
+from flupfast.output import shutdown_quietly
 from flupfast.serving.single import AcceptLoop
 from flupfast.serving.threadpool import ThreadPool
 
@@ -16,37 +22,127 @@ logger = logging.getLogger("flupfast")
 # On shutdown, in-flight jobs get this long to finish before run()'s caller carries on; their
 # threads are daemons, so a connection kept alive by the web server cannot block the exit.
 JOB_GRACE = 5.0
+# While shutdown waits, how often it looks for jobs that went idle (a persistent connection
+# whose request just ended) to end their wait for the next request.
+IDLE_POLL = 0.05
+
+
+class _TrackedJob:
+    """A job and its socket while the pool holds it, so the mode can end the wait of a job
+    that says it is ``idle`` (a persistent AJP or FastCGI KEEP_CONN connection between
+    requests) by shutting its socket's read side, as SingleMode does; a job that is about to
+    go idle asks the mode first (``job.idle_check``)."""
+
+    __slots__ = ("job", "client", "_active")
+
+    def __init__(self, job, client, active, idle_check):
+        self.job = job
+        self.client = client
+        self._active = active
+        if hasattr(job, "idle"):
+            job.idle_check = idle_check
+
+    def run(self):
+        try:
+            return self.job.run()
+        finally:
+            self._active.discard(self)
+
+    def end_if_idle(self):
+        if getattr(self.job, "idle", False):
+            shutdown_quietly(self.client, socket.SHUT_RD)
+            return True
+        return False
+
+    def __repr__(self):
+        return repr(self.job)
 
 
 class ThreadedMode(AcceptLoop):
     """Accept in the loop's thread, run each job in ``pool`` (a ThreadPool; by default one
-    built from ``min_spare``/``max_spare``/``max_threads``, started at construction as flup's)."""
+    built from ``min_spare``/``max_spare``/``max_threads``, started at construction as flup's).
+
+    With every thread busy (``max_threads`` reached), a connection waits in the pool's queue,
+    at most ``max_queued`` of them; to free a thread, a persistent connection idle between
+    requests is ended (the web server reconnects). Beyond the bound the job answers the
+    protocol's "overloaded" reply (``job.refuse_overloaded()``; a job without one is closed,
+    as flup closes every connection past ``maxThreads``).
+    """
 
     def __init__(self, job_class, job_args=(), *, pool=None, is_client_allowed=None,
-                 periodic=None, **pool_options):
+                 periodic=None, max_queued=MAX_QUEUED_CONNECTIONS, **pool_options):
         super().__init__(job_class, job_args, is_client_allowed=is_client_allowed,
                          periodic=periodic)
         self.pool = pool if pool is not None else ThreadPool(**pool_options)
-        self._refused = 0  # connections refused in the current burst
+        self.max_queued = max_queued
+        self._active = set()  # _TrackedJob of every job the pool holds (queued or running)
+        self._queued_burst = 0  # connections queued behind busy threads in the current burst
+        self._refused = 0       # connections answered "overloaded" in the current burst
 
     def dispatch(self, job, client):
-        # allow_queuing=False: a job queued behind busy threads may wait forever behind
-        # kept-alive connections (flup threadedserver.py:97).
-        if self.pool.add_job(job, allow_queuing=False):
-            if self._refused:
-                logger.warning("worker thread free again; %d connection(s) were refused",
-                               self._refused)
-                self._refused = 0
+        tracked = _TrackedJob(job, client, self._active, self._idle_check)
+        self._active.add(tracked)
+        if self.pool.add_job(tracked, queue_limit=self.max_queued):
+            waiting = -self.pool.idle_count  # jobs in the queue with no thread for them
+            if waiting > 0:
+                if not self._queued_burst:
+                    logger.warning("all %d worker threads busy: queueing connections (at "
+                                   "most %d)", self.pool.max_threads, self.max_queued)
+                self._queued_burst += 1
+                self._end_idle_jobs(waiting)
+            elif self._queued_burst or self._refused:
+                logger.warning("worker thread free again; %d connection(s) were queued, %d "
+                               "answered 'overloaded'", self._queued_burst, self._refused)
+                self._queued_burst = self._refused = 0
             return
+        self._active.discard(tracked)
         if not self._refused:
-            logger.warning("all %d worker threads busy: refusing connections",
-                           self.pool.max_threads)
+            logger.warning("all %d worker threads busy and %d connections queued: answering "
+                           "'overloaded'", self.pool.max_threads, self.max_queued)
         self._refused += 1
-        # Closing tells the web server we are at our limit (flup threadedserver.py:98-103).
-        client.close()
+        refuse = getattr(job, "refuse_overloaded", None)
+        if refuse is not None:
+            refuse()
+        else:
+            client.close()
+
+    def _idle_check(self):
+        """A persistent connection going idle ends instead when the mode stops or when a
+        queued connection waits for a thread."""
+        return not self.keep_going or self.pool.idle_count < 0
+
+    def _end_idle_jobs(self, limit=None):
+        """End the wait of up to ``limit`` idle persistent connections (all when None)."""
+        ended = 0
+        for tracked in list(self._active):
+            if limit is not None and ended >= limit:
+                break
+            if tracked.end_if_idle():
+                ended += 1
+        return ended
 
     def shutdown(self, timeout=JOB_GRACE):
         """Stop the loop if it still runs (so another thread can end run()), then stop the
-        pool, waiting at most ``timeout`` seconds for in-flight jobs."""
+        pool, waiting at most ``timeout`` seconds for in-flight jobs. Persistent connections
+        idle between requests, now or once their request ends, are closed at once: the web
+        server keeping one open must not hold the exit for the whole grace."""
         self.stop()
-        return self.pool.shutdown(timeout)
+        self._end_idle_jobs()
+        if timeout is None:
+            return self._drop(self.pool.shutdown(None))
+        started = time.monotonic()
+        current = threading.current_thread()
+        while self.pool.busy_threads(exclude=current) and \
+                time.monotonic() - started < timeout:
+            time.sleep(IDLE_POLL)
+            self._end_idle_jobs()
+        left = max(0.0, timeout - (time.monotonic() - started))
+        return self._drop(self.pool.shutdown(left, waited=timeout - left))
+
+    def _drop(self, dropped):
+        """Close the connections of jobs that never ran (the pool dropped them)."""
+        for tracked in dropped:
+            if isinstance(tracked, _TrackedJob):  # not a job someone else queued
+                self._active.discard(tracked)
+                tracked.client.close()
+        return dropped

@@ -65,10 +65,19 @@ class ThreadPool:
         self._workers += 1
         self._waiting += 1
 
-    def add_job(self, job, allow_queuing=True):
+    def busy_threads(self, exclude=None):
+        """Workers running a job (``exclude``: a thread not to count, e.g. the caller's)."""
+        with self._cond:
+            busy = self._workers - self._waiting
+            if exclude is not None and exclude in self._threads and busy > 0:
+                busy -= 1
+            return busy
+
+    def add_job(self, job, allow_queuing=True, queue_limit=None):
         """Hand ``job`` (anything with ``run()``) to a worker. With ``allow_queuing`` it is
-        queued even when every thread is busy (only possible with a finite ``max_threads``);
-        otherwise it is refused. Returns True if the job was accepted."""
+        queued even when every thread is busy (only possible with a finite ``max_threads``),
+        up to ``queue_limit`` jobs waiting for a thread (None: no limit); otherwise it is
+        refused. Returns True if the job was accepted."""
         with self._cond:
             if self._stopping:
                 return False
@@ -80,7 +89,8 @@ class ThreadPool:
                     logger.warning("cannot start a worker thread (%d running)", self._workers,
                                    exc_info=True)
                     return False
-            if self._waiting - len(self._queue) > 0 or allow_queuing:
+            free = self._waiting - len(self._queue)
+            if free > 0 or (allow_queuing and (queue_limit is None or -free < queue_limit)):
                 self._queue.append(job)
                 self._cond.notify()
                 return True
@@ -122,9 +132,10 @@ class ThreadPool:
         except Exception:
             logger.exception("unhandled exception in job %r", job)
 
-    def shutdown(self, timeout=SHUTDOWN_GRACE):
+    def shutdown(self, timeout=SHUTDOWN_GRACE, waited=0.0):
         """Stop the workers: idle ones exit now, busy ones after their job. Join them for at
-        most ``timeout`` seconds in all (None: forever; flup always waits forever). Jobs still
+        most ``timeout`` seconds in all (None: forever; flup always waits forever; ``waited``:
+        seconds the caller already waited, for the log). Jobs still
         queued are dropped. Returns the list of dropped jobs; ``worker_count`` tells how many
         workers are still busy."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -140,7 +151,7 @@ class ThreadPool:
         busy = sum(thread.is_alive() for thread in threads)
         if busy:
             logger.warning("thread pool shutdown: %d job(s) still running after %.1f s",
-                           busy, timeout)
+                           busy, waited + timeout)
         if dropped:
             logger.warning("thread pool shutdown: %d queued job(s) dropped", len(dropped))
         return dropped

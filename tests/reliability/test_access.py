@@ -1,0 +1,132 @@
+"""Access control against real server processes: a peer outside ``allowedServers`` (SCGI, AJP)
+or FCGI_WEB_SERVER_ADDRS (FastCGI), connecting from a second loopback address (127.0.0.2), is
+refused, logged and never served while the listed peer is; Unix sockets get the mode the
+requested umask gives; request bodies spooled to disk (multiplexed FastCGI) live in 0600
+nameless files in a private 0700 directory, released when the request ends, also when the app
+raises or the web server leaves, and the directory goes when the process exits.
+"""
+import os
+import signal
+import socket
+import stat
+
+import pytest
+
+from flupfast.body import ClientDisconnected, Spool, spool_directory
+from tests import fcgi_client
+from tests.reliability.fault_harness import Exchange, ask, eventually, fd_targets
+from tests.reliability.test_faults import start  # noqa: F401  (a fixture)
+
+STRANGER = "127.0.0.2"
+SPOOL_BODY = b"s" * (3 << 20)  # past SPOOL_MEMORY_LIMIT (1 MiB): spooled to a file
+
+REFUSAL_LOG = {
+    "fcgi": "FastCGI connection from 127.0.0.2 refused: not in FCGI_WEB_SERVER_ADDRS",
+    "scgi": "Server connection from 127.0.0.2 disallowed",
+    "ajp": "Server connection from 127.0.0.2 disallowed",
+}
+
+
+@pytest.fixture
+def second_loopback_address():
+    with socket.socket() as sock:
+        try:
+            sock.bind((STRANGER, 0))
+        except OSError:
+            pytest.skip("no 127.0.0.2 loopback address")
+
+
+@pytest.mark.parametrize("mode", ["thread", "fork"])
+@pytest.mark.parametrize("protocol", ["fcgi", "scgi", "ajp"])
+def test_peer_not_allowed_is_refused_logged_and_never_served(start, second_loopback_address,
+                                                            protocol, mode):
+    if protocol == "fcgi":
+        backend = start(protocol, mode, tcp=True,
+                        env={"FCGI_WEB_SERVER_ADDRS": "127.0.0.1"})
+    else:
+        backend = start(protocol, mode, "--allowed-servers", "127.0.0.1", tcp=True)
+    for _ in range(3):
+        refused = Exchange(backend, "/?stranger", b"", source=STRANGER)
+        assert refused.answer().status is None  # closed without an answer
+        refused.close()
+    assert ask(backend, "/?friend").status == 200
+    assert backend.calls() == ["/ friend"]  # the stranger's requests never reached the app
+    assert backend.log().count(REFUSAL_LOG[protocol]) == 3
+
+
+@pytest.mark.parametrize("protocol", ["fcgi", "scgi"])
+@pytest.mark.parametrize("umask, mode", [(0o077, 0o700), (0o027, 0o750), (0o002, 0o775)])
+def test_unix_socket_mode_follows_umask(start, protocol, umask, mode):
+    backend = start(protocol, "thread", "--umask", "%03o" % umask)
+    assert stat.S_ISSOCK(os.stat(backend.address).st_mode)
+    assert stat.S_IMODE(os.stat(backend.address).st_mode) == mode
+    assert ask(backend, "/").status == 200
+
+
+# -- spooled bodies -----------------------------------------------------------------------------
+
+def spool_files(pid):
+    """{fd: (mode bits, link count, directory)} of ``pid``'s open files in a spool directory."""
+    found = {}
+    for fd, target in fd_targets(pid).items():
+        if "/flupfast-spool-" in target:
+            st = os.stat("/proc/%d/fd/%d" % (pid, fd))
+            found[fd] = (stat.S_IMODE(st.st_mode), st.st_nlink, os.path.dirname(target))
+    return found
+
+
+def assert_private(files):
+    assert files
+    for mode, links, directory in files.values():
+        assert mode == 0o600
+        assert links == 0  # no name anywhere: nobody can open it by path
+        st = os.stat(directory)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+
+
+@pytest.mark.parametrize("ending", ["answer", "app-raises", "client-leaves"])
+def test_spooled_body_private_and_released(start, tmp_path, ending):
+    backend = start("fcgi", "thread", "--multiplexed")
+    uri = "/spool?tag=s" + ("&raise=1" if ending == "app-raises" else "")
+    head, rest = fcgi_client.request_bytes(uri, body=SPOOL_BODY, split=True)
+    sock = backend.connect()
+    try:
+        sock.sendall(head)
+        sock.sendall(rest if ending != "client-leaves" else rest[:2 << 20])
+        files = eventually(lambda: spool_files(backend.pid))
+        assert_private(files)
+        directory = next(iter(files.values()))[2]
+        if ending == "client-leaves":
+            sock.close()
+        (backend.workdir / "s.go").write_text("go")
+        if ending != "client-leaves":
+            answer = fcgi_client.read_response(sock)
+            if ending == "answer":
+                assert answer.status == 200 and answer.body == str(len(SPOOL_BODY)).encode()
+            else:
+                assert answer.status == 500
+    finally:
+        sock.close()
+    assert eventually(lambda: not spool_files(backend.pid))
+    assert ask(backend, "/").status == 200
+    backend.signal(signal.SIGTERM)
+    assert backend.wait_exit() == 0
+    assert not os.path.exists(directory)  # removed at exit
+
+
+def test_spool_in_process_file_is_private_and_closed():
+    spool = Spool(memory_limit=10)
+    spool.push(b"0123456789abcdef")
+    fd = spool._file.fileno()
+    st = os.fstat(fd)
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_nlink == 0
+    assert os.readlink("/proc/self/fd/%d" % fd).startswith(spool_directory() + "/")
+    assert stat.S_IMODE(os.stat(spool_directory()).st_mode) == 0o700
+    assert spool.pull() == b"0123456789abcdef"
+    spool.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    spool.push(b"late")  # after close: dropped, nothing reopened
+    assert spool._file is None
+    with pytest.raises(ClientDisconnected):
+        spool.pull()

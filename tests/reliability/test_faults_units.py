@@ -1,0 +1,216 @@
+"""The pieces behind the fault tests, in process: the pool's queue bound, the threaded mode's
+hand-off (queue, "overloaded" refusal, idle persistent jobs ended when their thread is needed
+or at stop), and the per-request deadline watchdog (any thread, the main thread's blocking
+calls, the app's SIGALRM handler and alarm left alone, no stray exception after a request
+ends). Nothing here depends on timing beyond "eventually".
+"""
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from flupfast.connection import TimeoutException, request_deadline
+from flupfast.serving.threaded import ThreadedMode
+from flupfast.serving.threadpool import ThreadPool
+from tests.reliability.fault_harness import eventually
+
+
+class Blocking:
+    """A job that runs until released."""
+
+    def __init__(self):
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.ran = False
+
+    def run(self):
+        self.started.set()
+        self.release.wait(30)
+        self.ran = True
+
+
+@pytest.fixture
+def pool():
+    pools = []
+
+    def make(**kw):
+        p = ThreadPool(**kw)
+        pools.append(p)
+        return p
+    yield make
+    for p in pools:
+        p.shutdown(5)
+
+
+def test_queue_limit_bounds_jobs_waiting_for_a_thread(pool):
+    p = pool(min_spare=1, max_spare=2, max_threads=2)
+    busy = [Blocking(), Blocking()]
+    for job in busy:
+        assert p.add_job(job, queue_limit=2)
+        assert job.started.wait(10)
+    assert p.busy_threads() == 2
+    queued = [Blocking(), Blocking()]
+    assert all(p.add_job(job, queue_limit=2) for job in queued)
+    assert p.idle_count == -2  # two jobs wait for a thread
+    assert p.add_job(Blocking(), queue_limit=2) is False  # beyond the bound
+    assert p.add_job(Blocking(), allow_queuing=False) is False
+    for job in busy + queued:
+        job.release.set()
+    assert eventually(lambda: all(job.ran for job in queued))
+
+
+class FakeConnection:
+    """A persistent-connection job: serves ``requests`` then waits idle, as FastCGI KEEP_CONN
+    and AJP do, asking ``idle_check`` first; ``refuse_overloaded`` records the refusal."""
+
+    def __init__(self, sock, addr, log):
+        self.sock = sock
+        self.idle = False
+        self.idle_check = None
+        self.log = log
+        self.refused = False
+
+    def run(self):
+        self.log.append(("run", self))
+        while True:
+            data = self.sock.recv(100)  # a "request": one line
+            self.idle = False
+            if not data:
+                break
+            self.sock.sendall(b"ok\n")
+            self.idle = True
+            if self.idle_check is not None and self.idle_check():
+                self.log.append(("ended-idle", self))
+                break
+        self.sock.close()
+
+    def refuse_overloaded(self):
+        self.refused = True
+        self.sock.recv(100)  # the request head first, as the real connections do
+        self.sock.sendall(b"overloaded\n")
+        self.sock.close()
+
+
+def one_thread_mode(tmp_path):
+    """A ThreadedMode of one thread and a queue of one, serving FakeConnections on a Unix
+    socket in a thread: (log, address, mode, listener, thread)."""
+    log = []
+    address = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(address)
+    listener.listen(64)
+    mode = ThreadedMode(FakeConnection, (log,), max_queued=1, min_spare=1, max_spare=1,
+                        max_threads=1)
+    thread = threading.Thread(target=mode.serve, args=(listener, 0.05), daemon=True)
+    thread.start()
+    return log, address, mode, listener, thread
+
+
+def connect(address, line=b"req\n"):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(60)  # only a bound: the machine may be loaded
+    sock.connect(address)
+    if line:
+        sock.sendall(line)
+    return sock
+
+
+def test_threaded_mode_queues_refuses_and_ends_idle_connections(tmp_path):
+    log, address, mode, listener, thread = one_thread_mode(tmp_path)
+    try:
+        first = connect(address)
+        assert first.recv(10) == b"ok\n"  # served; now idle on its thread
+        queued = connect(address)
+        # Its thread was needed: the idle first connection ended, and the queued one runs.
+        assert first.recv(10) == b""
+        assert queued.recv(10) == b"ok\n"
+        # Idle with nobody waiting, it keeps the thread until another connection needs it.
+        waiting = connect(address, line=None)
+        assert queued.recv(10) == b""
+        waiting.sendall(b"req\n")
+        assert waiting.recv(10) == b"ok\n"
+    finally:
+        mode.shutdown(5)
+        thread.join(10)
+        listener.close()
+    # Stop: the idle connection was ended at once, not after the grace.
+    assert waiting.recv(10) == b""
+    for sock in (first, queued, waiting):
+        sock.close()
+
+
+def test_threaded_mode_answers_overloaded_beyond_the_queue(tmp_path):
+    log, address, mode, listener, thread = one_thread_mode(tmp_path)
+    try:
+        busy = connect(address, line=None)     # holds the thread: never sends a request
+        assert eventually(lambda: len(log) == 1)
+        queued = connect(address)              # waits for the thread
+        refused = connect(address)             # beyond the bound
+        assert refused.recv(20) == b"overloaded\n"
+        busy.sendall(b"req\n")
+        assert busy.recv(10) == b"ok\n"
+        assert busy.recv(10) == b""            # ended idle: the queued one needs the thread
+        assert ("ended-idle", log[0][1]) in log  # by its own idle check, before waiting
+        assert queued.recv(10) == b"ok\n"
+    finally:
+        mode.shutdown(5)
+        thread.join(10)
+        listener.close()
+    for sock in (busy, queued, refused):
+        sock.close()
+
+
+# -- the deadline watchdog ----------------------------------------------------------------------
+
+def test_deadline_raises_in_a_non_main_thread():
+    reports = []
+    outcome = []
+
+    def request():
+        try:
+            with request_deadline(0.2, reports.append):
+                while True:
+                    pass
+        except TimeoutException:
+            outcome.append("timeout")
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    thread.join(30)
+    assert outcome == ["timeout"]
+    assert reports[0] == "Timeout Exceeded\n" and "request" in reports[1]
+
+
+def test_deadline_interrupts_a_blocking_call_of_the_main_thread_and_leaves_sigalrm():
+    def app_handler(signum, frame):
+        pass
+    previous = signal.signal(signal.SIGALRM, app_handler)
+    signal.setitimer(signal.ITIMER_REAL, 1000)
+    try:
+        a, b = socket.socketpair()
+        with a, b:
+            with pytest.raises(TimeoutException):
+                with request_deadline(0.2, lambda message: None):
+                    a.recv(10)  # blocks in C
+        assert signal.getsignal(signal.SIGALRM) is app_handler
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_no_stray_timeout_after_requests_that_end_at_their_deadline():
+    # Requests that finish right around their deadline: the exception either ends the request
+    # or is cancelled; it never surfaces after the request.
+    for _ in range(200):
+        try:
+            with request_deadline(0.001, lambda message: None):
+                deadline = time.monotonic() + 0.001
+                while time.monotonic() < deadline:
+                    pass
+        except TimeoutException:
+            pass
+        for _ in range(2000):  # plenty of bytecodes for a pending exception to fire on
+            pass
