@@ -48,8 +48,12 @@ class _TrackedJob:
         finally:
             self._active.discard(self)
 
-    def end_if_idle(self):
-        if getattr(self.job, "idle", False):
+    def end_if_idle(self, stopping):
+        """End the job's wait if it is idle. To free a thread (not ``stopping``) only a
+        persistent connection between requests is ended, never one whose first request is on
+        its way (an SCGI connection waits ``idle`` for its header, with nothing served yet)."""
+        job = self.job
+        if getattr(job, "idle", False) and (stopping or getattr(job, "served", 0) > 0):
             shutdown_quietly(self.client, socket.SHUT_RD)
             return True
         return False
@@ -112,12 +116,13 @@ class ThreadedMode(AcceptLoop):
         return not self.keep_going or self.pool.idle_count < 0
 
     def _end_idle_jobs(self, limit=None):
-        """End the wait of up to ``limit`` idle persistent connections (all when None)."""
+        """End the wait of up to ``limit`` idle persistent connections, to free threads for
+        queued ones; with no limit (stopping), of every idle connection."""
         ended = 0
         for tracked in list(self._active):
             if limit is not None and ended >= limit:
                 break
-            if tracked.end_if_idle():
+            if tracked.end_if_idle(stopping=limit is None):
                 ended += 1
         return ended
 

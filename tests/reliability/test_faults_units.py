@@ -71,6 +71,7 @@ class FakeConnection:
         self.idle_check = None
         self.log = log
         self.refused = False
+        self.served = 0
 
     def run(self):
         self.log.append(("run", self))
@@ -80,6 +81,7 @@ class FakeConnection:
             if not data:
                 break
             self.sock.sendall(b"ok\n")
+            self.served += 1
             self.idle = True
             if self.idle_check is not None and self.idle_check():
                 self.log.append(("ended-idle", self))
@@ -161,6 +163,50 @@ def test_threaded_mode_answers_overloaded_beyond_the_queue(tmp_path):
     for sock in (busy, queued, refused):
         sock.close()
 
+
+
+class FirstRequestConnection(FakeConnection):
+    """A one-request job waiting ``idle`` for its request with nothing ``served``, as an SCGI
+    connection waits for its header (so that a stop ends the wait)."""
+
+    def run(self):
+        self.log.append(("run", self))
+        self.idle = True
+        data = self.sock.recv(100)
+        self.idle = False
+        if data:
+            self.sock.sendall(b"ok\n")
+            self.served = 1
+        self.sock.close()
+
+
+def test_threaded_mode_never_ends_a_connection_whose_first_request_is_on_its_way(tmp_path):
+    """A queued connection may take the thread of a persistent connection between requests,
+    not that of a new one that has not sent its request yet: that request would be lost."""
+    log = []
+    address = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(address)
+    listener.listen(64)
+    mode = ThreadedMode(FirstRequestConnection, (log,), max_queued=1, min_spare=1,
+                        max_spare=1, max_threads=1)
+    thread = threading.Thread(target=mode.serve, args=(listener, 0.05), daemon=True)
+    thread.start()
+    try:
+        first = connect(address, line=None)
+        assert eventually(lambda: len(log) == 1)  # on the one thread, waiting for its request
+        queued = connect(address)
+        assert eventually(lambda: mode.pool.idle_count < 0)  # queued behind it
+        time.sleep(0.2)  # let the accept loop finish the hand-off (no assertion on timing)
+        first.sendall(b"req\n")
+        assert first.recv(10) == b"ok\n"
+        assert queued.recv(10) == b"ok\n"
+    finally:
+        mode.shutdown(5)
+        thread.join(10)
+        listener.close()
+    for sock in (first, queued):
+        sock.close()
 
 # -- the deadline watchdog ----------------------------------------------------------------------
 
