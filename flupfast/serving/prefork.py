@@ -5,6 +5,7 @@ bounded shutdown, plus the child's accept -> serve -> report loop. It must not k
 protocol, let the parent run jobs, or leave a child unreaped.
 """
 import errno
+import gc
 import logging
 import mmap
 import os
@@ -509,6 +510,9 @@ class PreforkMode(LoopControl):
         parent_end, child_end = socket.socketpair()  # Python makes both close-on-exec
         parent_end.setblocking(False)
         child_end.setblocking(False)
+        # The parent's objects go to the GC's permanent generation first: a collection in the
+        # child would otherwise write to every inherited object's header and unshare its page.
+        gc.freeze()
         try:
             pid = os.fork()
         except OSError as exc:
