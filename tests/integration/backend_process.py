@@ -12,10 +12,21 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
+# Ports this test process has handed out. The kernel may give a port that was free a moment ago
+# to the next bind(0) as well: servers started together (their ports picked before any of them
+# binds) would then collide with "Address already in use".
+_given_ports = set()
+
+
+def free_port(host='127.0.0.1'):
+    """A TCP port free on ``host`` now and not handed out before by this process."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
 
 
 def wait_connectable(address, proc, timeout=15):

@@ -28,6 +28,7 @@ from typing import List, Optional, Tuple
 import pytest
 
 from tests.apps import probe
+from tests.integration.backend_process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_SOURCE = REPO / "tests" / "apps" / "probe.py"
@@ -69,12 +70,6 @@ def require_root():
 
 # --------------------------------------------------------------------------------------------
 # Ports, temp dirs
-
-def free_port(host="127.0.0.1"):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
 
 def make_tempdir(prefix):
     """A temp dir that www-data (nginx/apache workers, mod_fcgid apps) can traverse.
