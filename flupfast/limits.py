@@ -15,6 +15,11 @@ MAX_PARAMS_PAIRS = 4096
 # cap's digits is rejected before the block is buffered.
 MAX_SCGI_HEADER_BYTES = MAX_PARAMS_BYTES
 
+# PARAMS one FastCGI connection may hold at once, summed over the requests begun on it, as a
+# multiple of the per-request cap: room for a few multiplexed requests with huge headers, while
+# MAX_OPEN_REQUESTS streams of MAX_PARAMS_BYTES each (1 GiB) cannot be held by one connection.
+PENDING_PARAMS_REQUESTS = 4
+
 # Requests one FastCGI connection may have begun and not yet finished sending PARAMS for:
 # front ends use one at a time; a multiplexing peer rarely more than a handful.
 MAX_OPEN_REQUESTS = 1024

@@ -22,8 +22,8 @@ import io
 import sys
 
 from flupfast.limits import (
-    AJP_MAX_PACKET, MAX_OPEN_REQUESTS, MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS,
-    MAX_RECORD_CONTENT, MAX_SCGI_HEADER_BYTES)
+    AJP_MAX_PACKET, MAX_OPEN_REQUESTS, MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS, MAX_RECORD_CONTENT,
+    MAX_SCGI_HEADER_BYTES, PENDING_PARAMS_REQUESTS)
 from flupfast.body import ClientDisconnected
 from flupfast.protocols.errors import AJPError, FastCGIError, ProtocolError, SCGIError
 
@@ -89,6 +89,9 @@ def _check_fastcgi_bounds(parser, caps):
     for stream in streams.values():
         assert len(stream) <= caps[0], \
             'a PARAMS stream of %d bytes over the %d-byte cap' % (len(stream), caps[0])
+    held = sum(len(stream) for stream in streams.values())
+    assert held <= caps[0] * PENDING_PARAMS_REQUESTS, \
+        '%d bytes of PARAMS held over the connection cap' % held
 
 
 def _check_fastcgi_event(event, caps):

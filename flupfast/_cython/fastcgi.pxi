@@ -3,7 +3,8 @@
 # Bytes in, events out: no sockets, threads or WSGI; constants and caps come from the pure
 # module and flupfast.limits, never redefined here. Included by flupfast/_speedups.pyx.
 
-from flupfast.limits import MAX_OPEN_REQUESTS, MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS
+from flupfast.limits import (
+    MAX_OPEN_REQUESTS, MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS, PENDING_PARAMS_REQUESTS)
 from flupfast.protocols.errors import FastCGIError
 from flupfast.protocols.fastcgi import (
     FCGI_ABORT_REQUEST, FCGI_BEGIN_REQUEST, FCGI_DATA, FCGI_GET_VALUES, FCGI_HEADER_LEN,
@@ -20,6 +21,7 @@ cdef int _STDIN = FCGI_STDIN
 cdef int _DATA = FCGI_DATA
 cdef int _GET_VALUES = FCGI_GET_VALUES
 cdef Py_ssize_t _MAX_OPEN_REQUESTS = MAX_OPEN_REQUESTS
+cdef Py_ssize_t _PENDING_PARAMS_REQUESTS = PENDING_PARAMS_REQUESTS
 
 # Spec 5.1: typedef struct { roleB1, roleB0, flags, reserved[5] } FCGI_BeginRequestBody;
 cdef Py_ssize_t _BEGIN_BODY_LEN = 8
@@ -302,6 +304,7 @@ cdef class FastCGIParser:
     cdef public Py_ssize_t max_params_bytes
     cdef public Py_ssize_t max_params_pairs
     cdef dict _params               # request id -> bytearray of its PARAMS stream so far
+    cdef Py_ssize_t _params_held    # bytes of every stream in _params
     cdef unsigned char *_held       # the incomplete record at the end of the input so far
     cdef Py_ssize_t _held_len
     cdef Py_ssize_t _held_cap
@@ -321,6 +324,7 @@ cdef class FastCGIParser:
         self.max_params_pairs = max_params_pairs
         self._held_len = 0
         self._params = {}
+        self._params_held = 0
 
     def __dealloc__(self):
         PyMem_Free(self._held)
@@ -426,6 +430,7 @@ cdef class FastCGIParser:
         cdef Py_ssize_t length = (<Py_ssize_t>h[4] << 8) | h[5]
         cdef const unsigned char *content = h + _HEADER_LEN
         cdef dict names
+        cdef object stream
         if record_type == _STDIN or record_type == _DATA:
             events.append((record_type, request_id,
                            PyBytes_FromStringAndSize(<char *>content, length)))
@@ -437,6 +442,9 @@ cdef class FastCGIParser:
             # Spec 5.1 FCGI_BeginRequestBody: roleB1, roleB0, flags, reserved[5].
             if len(self._params) >= _MAX_OPEN_REQUESTS:
                 raise FastCGIError('too many requests begun without their PARAMS')
+            stream = self._params.get(request_id)
+            if stream is not None:  # begun again: its PARAMS so far are dropped
+                self._params_held -= PyByteArray_GET_SIZE(stream)
             self._params[request_id] = bytearray()
             events.append((_BEGIN_REQUEST, request_id,
                            ((<long>content[0] << 8) | content[1], content[2])))
@@ -454,7 +462,7 @@ cdef class FastCGIParser:
                         list events) except -1:
         cdef object key = request_id
         cdef object stream = self._params.get(key)
-        cdef Py_ssize_t size
+        cdef Py_ssize_t size, held_cap
         if stream is None:
             return 0  # spec 3.3: records for inactive request ids are ignored
         size = PyByteArray_GET_SIZE(stream)
@@ -463,10 +471,18 @@ cdef class FastCGIParser:
                 del self._params[key]
                 raise FastCGIError('PARAMS of request %d exceed %d bytes'
                                    % (request_id, self.max_params_bytes))
+            held_cap = PY_SSIZE_T_MAX  # the pure twin's min(..., sys.maxsize)
+            if self.max_params_bytes <= PY_SSIZE_T_MAX // _PENDING_PARAMS_REQUESTS:
+                held_cap = self.max_params_bytes * _PENDING_PARAMS_REQUESTS
+            if self._params_held + length > held_cap:
+                raise FastCGIError('PARAMS held for %d open requests exceed %d bytes'
+                                   % (len(self._params), held_cap))
             PyByteArray_Resize(stream, size + length)
             memcpy(PyByteArray_AS_STRING(stream) + size, content, length)
+            self._params_held += length
             return 0
         del self._params[key]
+        self._params_held -= size
         events.append((_PARAMS, request_id,
                        _decode_params(<const unsigned char *>PyByteArray_AS_STRING(stream),
                                       size, self.max_params_pairs)))

@@ -16,8 +16,10 @@ any other type         the raw content ``bytes`` (the connection answers UNKNOWN
 =====================  ===========================================================
 """
 import struct
+import sys
 
-from flupfast.limits import MAX_OPEN_REQUESTS, MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS
+from flupfast.limits import (
+    MAX_OPEN_REQUESTS, MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS, PENDING_PARAMS_REQUESTS)
 from flupfast.protocols.errors import FastCGIError
 
 # Spec 8: constants.
@@ -233,6 +235,7 @@ class FastCGIParser:
         self.max_params_pairs = max_params_pairs
         self._buf = bytearray()
         self._params = {}  # request id -> bytearray of its PARAMS stream so far
+        self._params_held = 0  # bytes of every stream in _params
 
     def feed(self, data):
         events = []
@@ -275,6 +278,9 @@ class FastCGIParser:
                 role, flags = _BEGIN_BODY.unpack_from(data, start)
                 if len(self._params) >= MAX_OPEN_REQUESTS:
                     raise FastCGIError('too many requests begun without their PARAMS')
+                stream = self._params.get(request_id)
+                if stream is not None:  # begun again: its PARAMS so far are dropped
+                    self._params_held -= len(stream)
                 self._params[request_id] = bytearray()
                 events.append((FCGI_BEGIN_REQUEST, request_id, (role, flags)))
             elif record_type == FCGI_ABORT_REQUEST:
@@ -295,7 +301,13 @@ class FastCGIParser:
                 del self._params[request_id]
                 raise FastCGIError('PARAMS of request %d exceed %d bytes'
                                    % (request_id, self.max_params_bytes))
+            held_cap = min(self.max_params_bytes * PENDING_PARAMS_REQUESTS, sys.maxsize)
+            if self._params_held + stop - start > held_cap:
+                raise FastCGIError('PARAMS held for %d open requests exceed %d bytes'
+                                   % (len(self._params), held_cap))
             stream += data[start:stop]
+            self._params_held += stop - start
             return
         del self._params[request_id]
+        self._params_held -= len(stream)
         events.append((FCGI_PARAMS, request_id, decode_params(stream, self.max_params_pairs)))

@@ -122,6 +122,32 @@ def test_params_caps(backend):
         parser.feed(f.encode_begin_request(1) + f.encode_stream(f.FCGI_PARAMS, 1, many))
 
 
+def test_params_held_per_connection_cap(backend):
+    """Each request's PARAMS under its cap, but requests begun on one connection cannot make
+    it hold more than PENDING_PARAMS_REQUESTS times the cap (1,024 x 1 MiB before)."""
+    from flupfast.limits import PENDING_PARAMS_REQUESTS
+    assert PENDING_PARAMS_REQUESTS == 4  # the byte counts below
+    pair = f.encode_pair('N', 'v' * 994)
+    assert len(pair) == 1000
+
+    def begin_with_params(request_id, size):
+        return (f.encode_begin_request(request_id)
+                + f.encode_record(f.FCGI_PARAMS, request_id, pair[:size]))
+
+    parser = backend.FastCGIParser(max_params_bytes=1000)
+    parser.feed(b''.join(begin_with_params(i, 1000) for i in (1, 2, 3, 4)))  # holds 4000
+    # A stream that ends frees its room (3), and so does a request begun again (4).
+    events = parser.feed(f.encode_record(f.FCGI_PARAMS, 3, b'') + f.encode_begin_request(4))
+    assert events[0] == (f.FCGI_PARAMS, 3, {'N': 'v' * 994})
+    parser.feed(begin_with_params(5, 1000) + begin_with_params(6, 999))  # holds 3999
+    with pytest.raises(FastCGIError,
+                       match='PARAMS held for 6 open requests exceed 4000 bytes'):
+        parser.feed(begin_with_params(7, 2))
+    # One request alone still gets its whole cap.
+    parser = backend.FastCGIParser(max_params_bytes=1000)
+    assert parser.feed(begin_with_params(1, 1000) + f.encode_record(f.FCGI_PARAMS, 1, b''))
+
+
 @pytest.mark.parametrize('size', [0, 1, 7, 8, 65528, 65529, 200000])
 @pytest.mark.parametrize('max_content', [8184, 65528])
 def test_frame_stdout_roundtrip(backend, size, max_content):
