@@ -129,8 +129,8 @@ DIFFERENCES = [
         'reads the length one recv(1) per digit and accepts leading zeros, signs and spaces '
         '(int()); accepts any header order, duplicates and a missing SCGI header',
         'parses from its receive buffer; rejects leading zeros, non-digits, lengths past the '
-        '1 MiB cap, a non-first or missing CONTENT_LENGTH, a missing SCGI=1 and duplicate '
-        'names, each with a log line naming the fault',
+        '1 MiB cap, a non-first or missing CONTENT_LENGTH or one above 2**63 - 1, a missing '
+        'SCGI=1 and duplicate names, each with a log line naming the fault',
         'the SCGI protocol requires all of these; a lenient parser hides broken peers'),
     Difference(
         'scgi-path-info-decoded-script-name', 'scgi_base.py:538-546',

@@ -607,6 +607,9 @@ SCGI_MALFORMED = {
                        'serves'),
     # flup tries recv(99999999999): a MemoryError traceback in its log.
     'huge-length': (b'99999999999:', 'MemoryError'),
+    # 2**63: past any body a web server can send (AJP13 and the FastCGI servers' limit too).
+    'content-length-over-2-63': (netstring(scgi_pairs((b'CONTENT_LENGTH', b'%d' % 2 ** 63),
+                                                      *GOOD[1:])), 'serves'),
 }
 
 
