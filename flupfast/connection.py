@@ -21,8 +21,7 @@ from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
                              MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE)
-from flupfast.output import (OVERLOADED_CGI_RESPONSE, is_regular_file, send_buffers,
-                             shutdown_quietly)
+from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
@@ -91,7 +90,7 @@ class Connection:
             out = self._out
             self._out = []
             self._out_bytes = 0
-            send_buffers(self._sock, out)
+            _impl.send_buffers(self._sock, out)
 
     def send_file(self, filelike):
         """Send a regular file from its current position to the end (``os.sendfile``; the
