@@ -559,7 +559,9 @@ class FastCGIConnection(Connection):
 
     def _read_events(self):
         """Receive once and queue the events; returns False at EOF."""
-        data = self.recv_some()
+        # recv_some inlined: this runs once per request. The parser copies what it keeps.
+        buf, view = _receive_buffer()
+        data = view[:self._sock.recv_into(buf)]
         if not data:
             self._eof = True
             return False

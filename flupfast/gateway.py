@@ -217,7 +217,9 @@ class Response:
         if self.status is None:
             raise AssertionError('write() before start_response()')
         headers = self.headers
-        if self.result is not None and _has_one_item(self.result):
+        result = self.result
+        if result is not None and (len(result) == 1 if type(result) is list
+                                   else _has_one_item(result)):
             # flup adds Content-Length only for a one-item result (fcgi_base.py:1121).
             for name, _ in headers:
                 if name.lower() == b'content-length':
