@@ -45,6 +45,7 @@ if _speedups is not None:
     from flupfast._speedups import (  # noqa: F401
         AJPParser, decode_body_chunk, decode_forward_request, frame_body)
     from flupfast._speedups import serve_child  # noqa: F401
+    from flupfast._speedups import send_buffers  # noqa: F401
     from flupfast._speedups import decode_request as decode_scgi_request  # noqa: F401
     BACKEND = "cython"
 else:
@@ -53,5 +54,6 @@ else:
         AJPParser, decode_body_chunk, decode_forward_request, frame_body)
     from flupfast.body import InputStream  # noqa: F401
     from flupfast.serving.prefork import serve_child  # noqa: F401
+    from flupfast.output import send_buffers  # noqa: F401
     from flupfast.protocols.scgi import decode_request as decode_scgi_request  # noqa: F401
     BACKEND = "python"

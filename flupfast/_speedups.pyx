@@ -27,7 +27,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport (
     PyUnicode_1BYTE_DATA, PyUnicode_DecodeLatin1, PyUnicode_GET_LENGTH)
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 
 cdef extern from "Python.h":
@@ -43,3 +43,4 @@ include "_cython/scgi.pxi"
 include "_cython/ajp.pxi"
 include "_cython/body.pxi"
 include "_cython/prefork.pxi"
+include "_cython/output.pxi"

@@ -21,8 +21,7 @@ from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
                              MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE)
-from flupfast.output import (OVERLOADED_CGI_RESPONSE, is_regular_file, send_buffers,
-                             shutdown_quietly)
+from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 
@@ -91,7 +90,7 @@ class Connection:
             out = self._out
             self._out = []
             self._out_bytes = 0
-            send_buffers(self._sock, out)
+            _impl.send_buffers(self._sock, out)
 
     def send_file(self, filelike):
         """Send a regular file from its current position to the end (``os.sendfile``; the
@@ -320,6 +319,22 @@ class StderrStream(StdoutStream):
         return buffers + super().end_buffers()
 
 
+# request id -> the empty FCGI_STDOUT record and END_REQUEST (app status 0, REQUEST_COMPLETE)
+# that end a request with output and no stderr; web servers reuse a few small ids (nginx: 1).
+_completed = {}
+_COMPLETED_MAX_ID = 64
+
+
+def _completed_records(request_id):
+    records = _completed.get(request_id)
+    if records is None:
+        records = (fcgi.encode_record(fcgi.FCGI_STDOUT, request_id)
+                   + fcgi.encode_end_request(request_id, 0, fcgi.FCGI_REQUEST_COMPLETE))
+        if request_id <= _COMPLETED_MAX_ID:
+            _completed[request_id] = records
+    return records
+
+
 class TimeoutException(Exception):
     """Raised inside the app when a fork server's per-request ``timeout`` expires."""
 
@@ -477,7 +492,10 @@ class FastCGIRequest:
     def run(self):
         """Run the handler, answer errors, end the request (flup fcgi_base.py:568-598)."""
         try:
-            with request_deadline(self._timeout, self.stderr.write):
+            if self._timeout:
+                with request_deadline(self._timeout, self.stderr.write):
+                    protocol_status, app_status = self.server.handler(self)
+            else:  # the threaded servers' case: no watchdog to arm and disarm
                 protocol_status, app_status = self.server.handler(self)
         except Exception:
             if is_peer_gone(sys.exc_info()[1]):
@@ -541,7 +559,9 @@ class FastCGIConnection(Connection):
 
     def _read_events(self):
         """Receive once and queue the events; returns False at EOF."""
-        data = self.recv_some()
+        # recv_some inlined: this runs once per request. The parser copies what it keeps.
+        buf, view = _receive_buffer()
+        data = view[:self._sock.recv_into(buf)]
         if not data:
             self._eof = True
             return False
@@ -743,8 +763,17 @@ class FastCGIConnection(Connection):
         """Close STDOUT and STDERR, then END_REQUEST (spec 5.5: always in this order), all in
         one send; then keep the connection, drain it, or close it.
         """
-        buffers = req.stdout.end_buffers() + req.stderr.end_buffers()
-        buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
+        stdout, stderr = req.stdout, req.stderr
+        if (app_status == 0 and protocol_status == fcgi.FCGI_REQUEST_COMPLETE
+                and type(stdout) is StdoutStream and type(stderr) is StderrStream
+                and stdout.dataWritten and not stdout.closed and not stderr.closed
+                and not stderr.dataWritten and not stderr._held):
+            # The usual end (output written, nothing on stderr): prebuilt bytes.
+            stdout.closed = stderr.closed = True
+            buffers = [_completed_records(req.requestId)]
+        else:
+            buffers = stdout.end_buffers() + stderr.end_buffers()
+            buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
         try:
             self.send(buffers)
         except OSError as exc:
@@ -769,8 +798,12 @@ class FastCGIConnection(Connection):
                     self.linger_close()
                 return
             # KEEP_CONN: the stream must be at its end before the next request's records.
-            req.stdin.drain()
-            if req.role == fcgi.FCGI_FILTER:
+            # Its end usually came in the same receive as the request (a GET's empty STDIN):
+            # taking it from the queue saves the stream's drain -> pull -> dispatch round.
+            self._discard_queued_input(req)
+            if not req._ended[fcgi.FCGI_STDIN]:
+                req.stdin.drain()
+            if req.role == fcgi.FCGI_FILTER and not req._ended[fcgi.FCGI_DATA]:
                 req.data.drain()
         finally:
             self._requests.pop(req.requestId, None)

@@ -95,6 +95,14 @@ def sanitize_cgi_environ(environ, server_name):
     """
     if 'SCRIPT_NAME' not in environ:
         environ['SCRIPT_NAME'] = ''
+    if environ.get('PATH_INFO') and environ.get('QUERY_STRING') is not None \
+            and 'REQUEST_METHOD' in environ and 'SERVER_NAME' in environ \
+            and 'SERVER_PORT' in environ and 'SERVER_PROTOCOL' in environ:
+        # What nginx and Apache send: only an empty QUERY_STRING may need REQUEST_URI's.
+        if not environ['QUERY_STRING']:
+            uri = environ.get('REQUEST_URI')
+            environ['QUERY_STRING'] = uri.split('?', 1)[1] if uri and '?' in uri else ''
+        return
     request_uri = split_request_uri(environ)
     if not environ.get('PATH_INFO'):
         if request_uri is not None:
@@ -123,6 +131,34 @@ def _to_bytes(value, what):
     return value
 
 
+# str statuses already validated -> their bytes: apps answer the same few statuses again and
+# again. Bounded: an app inventing statuses cannot grow it without limit.
+_checked_statuses = {}
+_CHECKED_STATUSES_MAX = 64
+
+
+def _check_status(status):
+    """flup's status asserts (fcgi_base.py:1160-1166); returns the status as bytes."""
+    text = status if type(status) is str else None
+    if text is not None:
+        status = text.encode('latin-1')
+    else:
+        status = _to_bytes(status, 'Status must be a string')
+    if len(status) < 4:
+        raise AssertionError('Status must be at least 4 characters')
+    try:
+        code = int(status[:3])
+    except ValueError:
+        raise AssertionError('Status must begin with 3-digit code') from None
+    if not code:
+        raise AssertionError('Status must begin with 3-digit code')
+    if status[3] != 0x20:
+        raise AssertionError('Status must have a space after code')
+    if text is not None and len(_checked_statuses) < _CHECKED_STATUSES_MAX:
+        _checked_statuses[text] = status
+    return status
+
+
 class Response:
     """``start_response`` and ``write`` for one request, over a responder.
 
@@ -147,20 +183,8 @@ class Response:
                 exc_info = None  # no reference cycle through the frame
         elif self.status is not None:
             raise AssertionError('Headers already set!')
-        if type(status) is str:
-            status = status.encode('latin-1')
-        else:
-            status = _to_bytes(status, 'Status must be a string')
-        if len(status) < 4:
-            raise AssertionError('Status must be at least 4 characters')
-        try:
-            code = int(status[:3])
-        except ValueError:
-            raise AssertionError('Status must begin with 3-digit code') from None
-        if not code:
-            raise AssertionError('Status must begin with 3-digit code')
-        if status[3] != 0x20:
-            raise AssertionError('Status must have a space after code')
+        checked = _checked_statuses.get(status) if type(status) is str else None
+        status = checked if checked is not None else _check_status(status)
         if type(response_headers) is not list:
             raise AssertionError('Headers must be a list')
         headers = []
@@ -193,7 +217,9 @@ class Response:
         if self.status is None:
             raise AssertionError('write() before start_response()')
         headers = self.headers
-        if self.result is not None and _has_one_item(self.result):
+        result = self.result
+        if result is not None and (len(result) == 1 if type(result) is list
+                                   else _has_one_item(result)):
             # flup adds Content-Length only for a one-item result (fcgi_base.py:1121).
             for name, _ in headers:
                 if name.lower() == b'content-length':

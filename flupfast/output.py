@@ -10,6 +10,10 @@ import stat
 
 from flupfast.limits import MAX_IOVECS
 
+# A first body chunk up to this size is copied behind the header block (one buffer, one
+# record); a bigger one is framed on its own, never copied.
+JOIN_HEAD_LIMIT = 4096
+
 
 def build_cgi_head(status, headers):
     """``Status: <status>\\r\\n`` + ``Name: value\\r\\n``... + ``\\r\\n`` (flup's fcgi_base.py:1124).
@@ -84,7 +88,12 @@ class CGIResponder:
         self._stream = stream
 
     def send_head(self, status, headers, data, more):
-        self._stream.write_parts((build_cgi_head(status, headers), data), more)
+        head = build_cgi_head(status, headers)
+        if len(data) <= JOIN_HEAD_LIMIT:
+            # One part, so one record: joining a small body costs less than framing it apart.
+            self._stream.write_parts((head + data,), more)
+        else:
+            self._stream.write_parts((head, data), more)
 
     def send_body(self, data, more):
         self._stream.write_parts((data,), more)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import flupfast
-from flupfast import body, protocols
+from flupfast import body, output, protocols
 from flupfast.protocols import ajp, fastcgi, scgi
 
 PURE = types.SimpleNamespace(
@@ -21,6 +21,7 @@ PURE = types.SimpleNamespace(
     decode_forward_request=ajp.decode_forward_request,
     decode_body_chunk=ajp.decode_body_chunk,
     frame_body=ajp.frame_body,
+    send_buffers=output.send_buffers,
 )
 
 
@@ -39,6 +40,7 @@ def _compiled():
         decode_forward_request=_speedups.decode_forward_request,
         decode_body_chunk=_speedups.decode_body_chunk,
         frame_body=_speedups.frame_body,
+        send_buffers=_speedups.send_buffers,
     ), None
 
 

@@ -273,3 +273,26 @@ def test_ajp_decoders_and_frame_body(backend):
         backend.frame_body(bytes(10), 8184)
     assert growth(work) < SLACK
     assert sys.getrefcount(payload) == 2
+
+
+def test_send_buffers(backend):
+    """The compiled twin takes a buffer view of each item for its first sendmsg and must
+    release every one, also when the call raises."""
+    import socket
+    payload = bytearray(b'p' * 3000)
+    a, b = socket.socketpair()
+    gone_a, gone_b = socket.socketpair()
+    gone_b.close()
+
+    def work():
+        backend.send_buffers(a, [b'head', payload, memoryview(payload)[:10]])
+        b.recv(65536)
+        with pytest.raises(OSError):
+            backend.send_buffers(gone_a, [payload])
+    try:
+        assert growth(work) < SLACK
+        assert sys.getrefcount(payload) == 2
+        payload += b'x'  # resizable again: no buffer export left behind
+    finally:
+        for sock in (a, b, gone_a):
+            sock.close()
