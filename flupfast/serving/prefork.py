@@ -390,7 +390,12 @@ class OverloadGuard:
                 # EMFILE and the like: the connections stay queued; try again next tick.
                 logger.error("accept() failed in the prefork parent: %s", exc)
                 return PARENT_TICK
-            if not mode.is_client_allowed(addr):
+            try:
+                allowed = mode.is_client_allowed(addr)
+            except Exception:  # a hook's bug must not take the parent down
+                logger.exception("is_client_allowed(%r) failed", addr)
+                allowed = False
+            if not allowed:
                 client.close()  # as the child does (flup :409-411)
                 continue
             if not self._refused:
