@@ -350,3 +350,37 @@ def test_parent_reads_board_and_falls_back_to_status_bytes():
         assert mode._free_slot() == 3
     finally:
         mode._board.close()
+
+
+def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeypatch):
+    """Under load the idle count swings past maxSpare between requests: the parent retires
+    the extras only when the excess has lasted RETIRE_DELAY, not at the first sight of it
+    (retiring at once and forking again a moment later churned the pool)."""
+    from flupfast.serving import prefork
+    from flupfast.serving.prefork import RETIRE_DELAY, ChildRecord, PreforkMode
+    now = [1000.0]
+    monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
+    mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=6)
+    retired = []
+    monkeypatch.setattr(mode, 'retire_child', retired.append)
+    monkeypatch.setattr(mode, 'spawn_child', lambda sock: pytest.fail('no spawn expected'))
+    mode.children = {pid: ChildRecord(pid, None) for pid in range(1, 6)}  # 5 idle, max 2
+
+    mode._tend_pool(None)  # the excess is first seen: nothing yet
+    now[0] += RETIRE_DELAY / 2
+    mode._tend_pool(None)
+    assert retired == []
+    # A request takes children: the excess ends, and its clock with it.
+    for pid in (1, 2, 3):
+        mode.children[pid].state = BUSY
+    mode._tend_pool(None)
+    for pid in (1, 2, 3):
+        mode.children[pid].state = IDLE
+    now[0] += RETIRE_DELAY * 0.9
+    mode._tend_pool(None)  # a new excess: its own clock starts
+    now[0] += RETIRE_DELAY * 0.9
+    mode._tend_pool(None)
+    assert retired == []
+    now[0] += RETIRE_DELAY * 0.2
+    mode._tend_pool(None)
+    assert sorted(retired) == [3, 4, 5]  # the extras above maxSpare, highest pids
