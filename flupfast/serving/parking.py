@@ -17,7 +17,7 @@ import os
 import select
 import threading
 
-__all__ = ["PARKED_MASK", "STALL_CHECK", "ParkedSet", "supported"]
+__all__ = ["LINGER", "PARKED_MASK", "STALL_CHECK", "ParkedSet", "supported"]
 
 logger = logging.getLogger("flupfast")
 
@@ -31,6 +31,13 @@ PARKED_MASK = getattr(select, "EPOLLIN", 1) | getattr(select, "EPOLLRDHUP", 0x20
 # pool (a thread wakes for it). So a ready connection waits at most about 2 * STALL_CHECK behind
 # workers busy with long requests, and under load the workers take nearly all of them.
 STALL_CHECK = 0.002
+
+
+# The last worker running, finding nothing ready, waits this long on the set itself before it
+# goes back to the pool: the next request of a steady load then wakes that thread alone, as
+# a connection blocked in recv did, instead of the waiter and then a pool thread. Short: the
+# pool counts the thread busy meanwhile.
+LINGER = 0.02
 
 
 def supported():
@@ -153,6 +160,8 @@ class ParkedSet:
                 return tracked
         try:
             events = self._epoll.poll(0, 1)
+            if not events and self._running == 1:
+                events = self._epoll.poll(LINGER, 1)  # the last worker: it leads a while
         except (OSError, ValueError):  # closed by a stop
             return None
         if events:
