@@ -17,7 +17,7 @@ import os
 import select
 import threading
 
-__all__ = ["LINGER", "PARKED_MASK", "STALL_CHECK", "ParkedSet", "supported"]
+__all__ = ["LINGER", "PARKED_MASK", "STALL_CHECK", "STALL_MAX", "ParkedSet", "supported"]
 
 logger = logging.getLogger("flupfast")
 
@@ -31,6 +31,11 @@ PARKED_MASK = getattr(select, "EPOLLIN", 1) | getattr(select, "EPOLLRDHUP", 0x20
 # pool (a thread wakes for it). So a ready connection waits at most about 2 * STALL_CHECK behind
 # workers busy with long requests, and under load the workers take nearly all of them.
 STALL_CHECK = 0.002
+# Checks that find nothing ready back off, doubling up to this: a worker leading on the set
+# (LINGER) takes the ready ones itself, and a waiter waking 500 times a second for nothing is
+# a cost of its own. The first connection ready behind busy workers after a quiet spell may
+# wait this long (later ones STALL_CHECK again).
+STALL_MAX = 0.02
 
 
 # The last worker running, finding nothing ready, waits this long on the set itself before it
@@ -125,7 +130,7 @@ class ParkedSet:
 
     def park(self, tracked):
         """Watch ``tracked.client``; False when the set is closed (the caller closes it)."""
-        fd = tracked.client.fileno()
+        fd = tracked.fd
         token = tracked.park_token = [True]
         self._parked[fd] = tracked
         try:
@@ -144,7 +149,7 @@ class ParkedSet:
 
     def _own(self, tracked, token):
         if _claim(token):
-            self._parked.pop(tracked.client.fileno(), None)
+            self._parked.pop(tracked.fd, None)
             return True
         return False
 
@@ -159,9 +164,8 @@ class ParkedSet:
             if self._own(tracked, token):
                 return tracked
         try:
-            events = self._epoll.poll(0, 1)
-            if not events and self._running == 1:
-                events = self._epoll.poll(LINGER, 1)  # the last worker: it leads a while
+            # The last worker running leads a while: it waits on the set itself.
+            events = self._epoll.poll(LINGER if self._running == 1 else 0, 1)
         except (OSError, ValueError):  # closed by a stop
             return None
         if events:
@@ -184,14 +188,14 @@ class ParkedSet:
 
     def _wait(self, epoll):
         cond = self._cond
-        wake_r = self._wake_r
         parked = self._parked
         offered = self._offered
         previous = []  # what was offered at the last check
+        check = STALL_CHECK
         while True:
             with cond:
                 if self._running and self.open:
-                    cond.wait(STALL_CHECK)  # notified when the last worker leaves, or a stop
+                    cond.wait(check)  # notified when the last worker leaves, or a stop
                 if not self.open:
                     return
                 running = self._running
@@ -209,6 +213,7 @@ class ParkedSet:
                 events = epoll.poll(0 if running else -1)
             except (OSError, ValueError):
                 return
+            check = STALL_CHECK if events else min(check * 2, STALL_MAX)
             for fd, _ in events:
                 tracked = parked.get(fd)
                 if tracked is None:

@@ -40,7 +40,8 @@ class _TrackedJob:
     worker goes on with the next ready parked connection, if any, before it goes back to the
     pool: under load one thread serves request after request with no wake-up in between."""
 
-    __slots__ = ("job", "client", "_active", "_parked", "_pool", "registered", "park_token")
+    __slots__ = ("job", "client", "_active", "_parked", "_pool", "registered", "park_token",
+                 "fd")
 
     def __init__(self, job, client, active, idle_check, parked=None, pool=None):
         self.job = job
@@ -50,6 +51,7 @@ class _TrackedJob:
         self._pool = pool
         self.registered = False  # in the parked set's epoll (kept there, disarmed, when taken)
         self.park_token = None   # while parked: who takes it (parking.py)
+        self.fd = client.fileno() if parked is not None else -1
         if hasattr(job, "idle"):
             job.idle_check = idle_check
         if parked is not None and hasattr(job, "park"):
