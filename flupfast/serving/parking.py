@@ -17,7 +17,7 @@ import os
 import select
 import threading
 
-__all__ = ["LINGER", "PARKED_MASK", "STALL_CHECK", "STALL_MAX", "ParkedSet", "supported"]
+__all__ = ["LINGER", "PARKED_MASK", "SHORT_LINGER", "STALL_CHECK", "STALL_MAX", "ParkedSet", "supported"]
 
 logger = logging.getLogger("flupfast")
 
@@ -43,6 +43,11 @@ STALL_MAX = 0.02
 # a connection blocked in recv did, instead of the waiter and then a pool thread. Short: the
 # pool counts the thread busy meanwhile.
 LINGER = 0.02
+# Any other worker finding nothing ready waits this long: the web server's next request on the
+# connection it just answered comes a round trip later (about 0.1 ms through nginx), and
+# catching it here saves the waiter's check and a thread wake-up (epoll wakes one waiter per
+# event). Without it, behind nginx, 16 connections of 50 ms requests ran 14.5 at once, not 15.4.
+SHORT_LINGER = 0.002
 
 
 def supported():
@@ -164,8 +169,8 @@ class ParkedSet:
             if self._own(tracked, token):
                 return tracked
         try:
-            # The last worker running leads a while: it waits on the set itself.
-            events = self._epoll.poll(LINGER if self._running == 1 else 0, 1)
+            # A worker waits on the set itself a while; the last one running longer.
+            events = self._epoll.poll(LINGER if self._running == 1 else SHORT_LINGER, 1)
         except (OSError, ValueError):  # closed by a stop
             return None
         if events:
