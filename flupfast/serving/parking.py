@@ -80,6 +80,7 @@ class ParkedSet:
         self._parked = {}      # fd -> tracked job (tracked.park_token: see _claim)
         self._offered = collections.deque()  # (tracked, token) the waiter saw ready
         self._running = 0      # workers between enter() and leave()
+        self._lingering = False  # a worker (not the last) waits SHORT_LINGER on the set
         self._epoll = None
         self._wake_r = self._wake_w = None
         self._thread = None
@@ -170,7 +171,16 @@ class ParkedSet:
                 return tracked
         try:
             # A worker waits on the set itself a while; the last one running longer.
-            events = self._epoll.poll(LINGER if self._running == 1 else SHORT_LINGER, 1)
+            if self._running == 1:
+                events = self._epoll.poll(LINGER, 1)
+            elif self._lingering:
+                events = self._epoll.poll(0, 1)
+            else:
+                self._lingering = True  # racy by design: a hint, so that few wait at once
+                try:
+                    events = self._epoll.poll(SHORT_LINGER, 1)
+                finally:
+                    self._lingering = False
         except (OSError, ValueError):  # closed by a stop
             return None
         if events:
