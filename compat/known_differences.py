@@ -320,6 +320,16 @@ DIFFERENCES = [
         'request is still running, when it ends) and waits at most 5 s for running requests',
         'service managers expect SIGTERM to stop the process promptly'),
     Difference(
+        'prefork-pool-full', 'preforkserver.py:210-223',
+        'with all maxChildren children busy leaves connections in the listen queue without '
+        'bound: the web server times out (504) or, once the queue is full, cannot connect '
+        '(502), and nothing is logged',
+        'answers the connections still waiting after FORK_OVERLOAD_WAIT (5 s; overloadWait, '
+        'None: never) with FastCGI END_REQUEST FCGI_OVERLOADED after a 503 page on STDOUT, or '
+        'an SCGI/AJP 503, from the parent, and logs it; a job class without refuse_overloaded '
+        'is closed',
+        'a refusal must say so, while somebody still waits for it'),
+    Difference(
         'prefork-shutdown-drain', 'preforkserver.py:240-260',
         'on SIGTERM, SIGINT or SIGHUP sends SIGINT to busy children at once: every request in '
         'flight fails',

@@ -69,6 +69,7 @@ SHOWN_ELSEWHERE = {
     # Reliability (issue 8): shown against flupfast's processes under fault.
     'threaded-pool-full': 'tests/reliability/test_faults.py',
     'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',
+    'prefork-pool-full': 'tests/reliability/test_faults.py',
     'prefork-shutdown-drain': 'tests/reliability/test_faults.py',
     'request-timeout-watchdog': 'tests/reliability/test_faults.py',
     'fastcgi-refused-peer-logged': 'tests/reliability/test_access.py',

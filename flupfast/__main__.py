@@ -15,6 +15,7 @@ import os
 import sys
 
 import flupfast
+from flupfast.limits import FORK_OVERLOAD_WAIT
 
 # Errors that mean "this address cannot be listened on", reported without a traceback.
 _LISTEN_ERRNOS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES, errno.ENOENT,
@@ -106,6 +107,10 @@ def build_parser():
     parser.add_argument('--max-requests', type=int,
                         help='fork mode: requests a child serves before it is replaced')
     parser.add_argument('--timeout', type=int, help='fork mode: seconds a request may take')
+    parser.add_argument('--overload-wait', type=float, default=None, metavar='SECONDS',
+                        help='fork mode: seconds connections may wait with every child busy '
+                             'before they are answered "overloaded" (default %g)'
+                             % FORK_OVERLOAD_WAIT)
     parser.add_argument('--multiplexed', action='store_true',
                         help='FastCGI: serve several requests per connection at once')
     parser.add_argument('--allowed-servers', default=None,
@@ -144,12 +149,17 @@ def server_kwargs(args):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.overload_wait is not None and (args.mode != 'fork' or args.overload_wait < 0):
+        parser.error('--overload-wait takes seconds >= 0, with --mode fork')
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format='%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s')
     app = load_app(args.app) if args.app else demo_app
     module = importlib.import_module(server_module(args.protocol, args.mode))
     server = module.WSGIServer(app, **server_kwargs(args))
+    if args.overload_wait is not None:
+        server.overloadWait = args.overload_wait
     if args.protocol == 'ajp':
         if args.ajp_packet_size is not None:
             if not 8192 <= args.ajp_packet_size <= 65536:

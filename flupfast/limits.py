@@ -74,3 +74,17 @@ MAX_QUEUED_CONNECTIONS = 64
 # head, sending the refusal and the lingering close together take at most this long, so a slow
 # peer can delay accepting by no more than this.
 OVERLOAD_ANSWER_SECONDS = 1.0
+
+# Fork mode: with every child busy (maxChildren reached) connections wait in the kernel's listen
+# queue, whose length cannot be read for Unix sockets, so the bound is a time. Once connections
+# have been waiting this long with no child free, the parent answers the waiting ones
+# "overloaded" (as thread mode does beyond MAX_QUEUED_CONNECTIONS). Many times a usual
+# request's duration, so a burst the children work through is served; far below the web
+# servers' 60 s read timeouts (nginx fastcgi_read_timeout, Apache ProxyTimeout), so the refusal
+# reaches somebody still waiting, instead of a 504 and a request then run for nobody.
+FORK_OVERLOAD_WAIT = 5.0
+
+# Fork mode: the parent must never wait on a peer, so each "overloaded" answer runs in a
+# short-lived thread, at most this many at once. Each lasts at most OVERLOAD_ANSWER_SECONDS:
+# 16 refuse hundreds of prompt peers a second, and a flood of slow ones adds no more threads.
+MAX_OVERLOAD_ANSWERS = 16

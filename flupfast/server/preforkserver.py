@@ -82,6 +82,19 @@ class PreforkServer(_ModeFacade):
     def _sockTimeout(self):
         return self._servingMode.sock_timeout
 
+    # -- flupfast's additions ------------------------------------------------------------------
+
+    @property
+    def overloadWait(self):
+        """Seconds connections may wait with all maxChildren children busy before the parent
+        answers them "overloaded" (FastCGI FCGI_OVERLOADED, SCGI/AJP 503); None: never, as
+        flup. Default flupfast.limits.FORK_OVERLOAD_WAIT."""
+        return self._servingMode.overload_wait
+
+    @overloadWait.setter
+    def overloadWait(self, seconds):
+        self._servingMode.overload_wait = seconds
+
     # -- flup's hooks --------------------------------------------------------------------------
 
     def _spawnChild(self, sock):

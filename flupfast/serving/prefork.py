@@ -1,8 +1,9 @@
 """The prefork mode: a parent keeps a pool of forked children that accept and run jobs.
 
 Owns the pool policy (a pure function), spawning, status tracking, retiring, reaping and the
-bounded shutdown, plus the child's accept -> serve -> report loop. It must not know the
-protocol, let the parent run jobs, or leave a child unreaped.
+bounded shutdown, the "overloaded" answer when every child is busy, plus the child's accept ->
+serve -> report loop. It must not know the protocol (a job answers "overloaded" itself), let
+the parent run the app or wait on a peer, or leave a child unreaped.
 """
 import errno
 import gc
@@ -15,9 +16,11 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
+from flupfast.limits import FORK_OVERLOAD_WAIT, MAX_OVERLOAD_ANSWERS, OVERLOAD_ANSWER_SECONDS
 from flupfast.output import shutdown_quietly
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
@@ -26,7 +29,7 @@ from flupfast.serving.signals import LoopControl
 __all__ = [
     "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "DRAIN_GRACE",
     "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL", "ChildBoard", "ChildDrain", "ChildRecord",
-    "PoolChange", "PoolLimits", "PreforkMode",
+    "OverloadGuard", "PoolChange", "PoolLimits", "PreforkMode",
     "decide_pool_change", "notify_parent", "serve_child",
 ]
 
@@ -304,6 +307,157 @@ class ChildRecord:
         return "<ChildRecord pid=%d %s>" % (self.pid, self.state)
 
 
+def _has_waiting(listen_sock):
+    """True when a connection waits in ``listen_sock``'s queue (readable; nothing is accepted)."""
+    poller = select.poll()
+    poller.register(listen_sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class OverloadGuard:
+    """The parent's answer to an exhausted pool: no child idle and ``max_children`` reached.
+
+    Only then does the parent look at the listening socket, so it never competes with an idle
+    child for a connection. The first connection seen waiting starts a clock. It runs on while
+    the pool stays exhausted and connections keep waiting (a child that frees up takes one,
+    more arrive), and stops when a child is idle or the queue is seen empty. After
+    ``mode.overload_wait`` seconds the parent accepts the waiting connections and has each
+    answered "overloaded" in a short-lived thread (``job.refuse_overloaded()``; a job without
+    one is closed, as in thread mode), until the queue is empty (the clock restarts with the
+    next connection) or a child is idle. No connection waits much longer than the bound for an
+    answer; one that arrived late in a spell may be refused after a shorter wait: the kernel
+    tells neither the queue's length (Unix sockets) nor its connections' ages, and a spell's
+    start is the one age the parent can know.
+    """
+
+    def __init__(self, mode):
+        self.mode = mode
+        self._since = None      # when connections were first seen waiting (monotonic), or None
+        self._watched = None    # (selector, listening socket) while registered
+        self._answers = []      # threads answering "overloaded"
+        self._refused = 0       # answered "overloaded" since the pool was last not exhausted
+
+    def answering(self):
+        """True while an answer runs. The parent does not fork meanwhile: the child would
+        inherit that connection (keeping it open) and whatever the thread holds."""
+        self._answers = [thread for thread in self._answers if thread.is_alive()]
+        return bool(self._answers)
+
+    def on_waiting(self):
+        """The listening socket turned readable while watched: a connection waits."""
+        self._unwatch()  # the clock runs now; the loop sleeps until it is due
+        if self._since is None:
+            self._since = time.monotonic()
+
+    def tend(self, listen_sock, selector):
+        """One round of the parent loop: watch, wait or answer. Returns the longest the loop
+        may sleep."""
+        # A finishing answer wakes the loop, but may still be alive when it looks.
+        timeout = REAP_POLL if self.answering() else PARENT_TICK
+        wait = self.mode.overload_wait
+        if wait is None or not self.mode.pool_exhausted():
+            self._calm()
+            return timeout
+        if self._since is None or not _has_waiting(listen_sock):
+            self._since = None  # nobody waits (the children took them all): watch for one
+            if self._watched is None:
+                selector.register(listen_sock, selectors.EVENT_READ, self)
+                self._watched = (selector, listen_sock)
+            return timeout
+        left = self._since + wait - time.monotonic()
+        if left > 0:
+            return min(timeout, left)
+        return self._refuse_waiting(listen_sock)
+
+    def _refuse_waiting(self, listen_sock):
+        """Accept the waiting connections and answer each "overloaded", while the pool stays
+        exhausted and fewer than MAX_OVERLOAD_ANSWERS answers run. Returns the loop's sleep."""
+        mode = self.mode
+        while True:
+            if self.answering() and len(self._answers) >= MAX_OVERLOAD_ANSWERS:
+                return REAP_POLL  # each finished answer wakes the loop
+            if not mode.pool_exhausted():
+                self._calm()
+                return PARENT_TICK
+            try:
+                client, addr = listen_sock.accept()
+            except BlockingIOError:
+                self._since = None  # the queue is empty: the clock restarts with the next one
+                return 0
+            except (InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError as exc:
+                # EMFILE and the like: the connections stay queued; try again next tick.
+                logger.error("accept() failed in the prefork parent: %s", exc)
+                return PARENT_TICK
+            try:
+                allowed = mode.is_client_allowed(addr)
+            except Exception:  # a hook's bug must not take the parent down
+                logger.exception("is_client_allowed(%r) failed", addr)
+                allowed = False
+            if not allowed:
+                client.close()  # as the child does (flup :409-411)
+                continue
+            if not self._refused:
+                logger.warning("all %d children busy and connections waiting for %.1f s: "
+                               "answering 'overloaded'", mode.limits.max_children,
+                               time.monotonic() - self._since)
+            self._refused += 1
+            thread = threading.Thread(target=self._answer, args=(client, addr), daemon=True,
+                                      name="flupfast-overloaded")
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to be had: closing is all that is left
+                client.close()
+                logger.error("cannot answer 'overloaded': %s", exc)
+                return PARENT_TICK
+            self._answers.append(thread)
+
+    def _answer(self, client, addr):
+        """In its own thread: build the job as the child would and let it refuse (bounded by
+        OVERLOAD_ANSWER_SECONDS); never run the app."""
+        mode = self.mode
+        try:
+            if is_tcp(client):
+                set_nodelay(client)
+            job = mode.job_class(client, addr, *mode.job_args)
+            refuse = getattr(job, "refuse_overloaded", None)
+            if refuse is not None:
+                refuse()
+        except Exception:
+            logger.exception("could not tell a connection the pool is overloaded")
+        finally:
+            client.close()
+            mode.signals.wake()
+
+    def _calm(self):
+        """A child is idle: stop the clock and watching, and sum up the burst."""
+        self._since = None
+        self._unwatch()
+        if self._refused:
+            logger.warning("a child is free again; %d connection(s) were answered "
+                           "'overloaded'", self._refused)
+            self._refused = 0
+
+    def _unwatch(self):
+        if self._watched is not None:
+            selector, listen_sock = self._watched
+            self._watched = None
+            try:
+                selector.unregister(listen_sock)
+            except (KeyError, ValueError):
+                pass
+
+    def close(self):
+        """The parent stops: stop watching and give the running answers their time."""
+        self._since = None
+        self._unwatch()
+        deadline = time.monotonic() + OVERLOAD_ANSWER_SECONDS
+        for thread in self._answers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._answers = []
+
+
 class PreforkMode(LoopControl):
     """A preforked pool in the manner of Apache httpd: at least ``min_spare`` idle children,
     at most ``max_children`` in all, idle ones above ``max_spare`` retired. A child retires
@@ -312,6 +466,10 @@ class PreforkMode(LoopControl):
     ``sock_timeout``: 0 (default) leaves accepted sockets blocking; above 0 it is their timeout
     in seconds (flup's made the listening socket blocking instead: bug 9). The listening socket
     is always made non-blocking: the children share it and race for each connection.
+
+    With every child busy and ``max_children`` reached, connections wait in the listen queue;
+    those still waiting after ``overload_wait`` seconds are answered "overloaded" by the
+    parent (OverloadGuard; None: never, as flup's connections wait without bound).
 
     Hooks: ``is_client_allowed(addr)`` (checked in the child after accept), ``child_main(sock,
     parent_sock)`` (the child's loop; default ``self._child``), ``restore_signals()`` (run in
@@ -323,7 +481,7 @@ class PreforkMode(LoopControl):
 
     def __init__(self, job_class, job_args=(), *, min_spare=1, max_spare=5, max_children=50,
                  max_requests=0, sock_timeout=0, is_client_allowed=None, child_main=None,
-                 restore_signals=None):
+                 restore_signals=None, overload_wait=FORK_OVERLOAD_WAIT):
         super().__init__()
         self.limits = PoolLimits(min_spare, max_spare, max(max_spare, max_children))
         if type(sock_timeout) not in (int, float) or sock_timeout < 0:
@@ -331,6 +489,7 @@ class PreforkMode(LoopControl):
         self.job_class = job_class
         self.job_args = tuple(job_args)
         self.max_requests = max_requests
+        self.overload_wait = overload_wait
         self.sock_timeout = sock_timeout
         self.is_client_allowed = is_client_allowed or (lambda addr: True)
         self.child_main = child_main or self._child
@@ -343,6 +502,19 @@ class PreforkMode(LoopControl):
         self._spawn_blocked_until = 0.0
         self._board = None           # the scoreboard (shared mmap) while serving
         self._child_board = None     # in a child: its ChildBoard
+        self._overload = OverloadGuard(self)
+
+    @property
+    def overload_wait(self):
+        """Seconds connections may wait with the pool exhausted before the parent answers
+        them "overloaded"; None: never."""
+        return self._overload_wait
+
+    @overload_wait.setter
+    def overload_wait(self, seconds):
+        if seconds is not None and (type(seconds) not in (int, float) or seconds < 0):
+            raise ValueError("overload_wait must be None or an int or float >= 0")
+        self._overload_wait = seconds
 
     # -- signals: the handlers only set flags ------------------------------------------------
 
@@ -386,15 +558,18 @@ class PreforkMode(LoopControl):
         self._board = mmap.mmap(-1, self.limits.max_children)  # shared, zero-filled
         try:
             selector.register(signals, selectors.EVENT_READ, None)
+            overload = self._overload
             while self.keep_going:
                 self._tend_pool(sock)
-                ready = selector.select(PARENT_TICK)
+                ready = selector.select(overload.tend(sock, selector))
                 reap = not ready  # the periodic tick reaps as a safety net
                 while ready:
                     for key, _ in ready:
                         if key.data is None:
                             signals.drain()
                             reap = True  # SIGCHLD (or another signal)
+                        elif key.data is overload:
+                            overload.on_waiting()  # the listening socket, watched
                         elif not self._read_status(key.data):
                             reap = True  # a child closed its end
                     # Read every report already waiting before judging the pool: acting on
@@ -405,6 +580,7 @@ class PreforkMode(LoopControl):
         finally:
             if not self._in_child:
                 # Also on an unexpected error: never leave children behind.
+                self._overload.close()
                 self.retire_all_children()
                 selector.close()
                 self._selector = None
@@ -425,6 +601,13 @@ class PreforkMode(LoopControl):
             if mark != SLOT_UNREPORTED:
                 child.state = IDLE if mark == STATUS_IDLE[0] else BUSY
 
+    def pool_exhausted(self):
+        """No child is idle and none may be added: connections can only wait."""
+        self._read_board()
+        children = self.children
+        return (len(children) >= self.limits.max_children
+                and not any(child.state == IDLE for child in children.values()))
+
     def _tend_pool(self, sock):
         self._read_board()
         if self.purge_requested:
@@ -439,7 +622,10 @@ class PreforkMode(LoopControl):
             {pid: child.state for pid, child in self.children.items()}, self.limits)
         for pid in change.retire:
             self.retire_child(pid)
-        if change.spawn and time.monotonic() >= self._spawn_blocked_until:
+        # No fork while an "overloaded" answer runs (OverloadGuard.answering): it ends within
+        # OVERLOAD_ANSWER_SECONDS and wakes the loop.
+        if change.spawn and time.monotonic() >= self._spawn_blocked_until \
+                and not self._overload.answering():
             for _ in range(change.spawn):
                 if not self.spawn_child(sock):
                     self._spawn_blocked_until = time.monotonic() + SPAWN_BACKOFF

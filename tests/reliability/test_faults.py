@@ -10,7 +10,9 @@ tests/reliability/fault_app.py), each with what must hold afterwards:
   exit: it is closed at once, and the pool's grace never runs out;
 * the pool exhausted: past maxThreads connections queue (up to MAX_QUEUED_CONNECTIONS) and are
   all answered; beyond that the protocol's explicit "overloaded" answer, with a log line; past
-  maxChildren connections wait in the listen queue and are all answered;
+  maxChildren connections wait in the listen queue and are all answered once a child frees,
+  and those still waiting after the fork parent's wait bound get the "overloaded" answer (from
+  the parent, with a log line; a flup-style job class without one is closed);
 * an app that hangs: the fork servers' ``timeout=`` ends it with flup's "Timeout Exceeded",
   the child goes on, and the app's own SIGALRM handler and threads are untouched;
 * an app that leaks a file descriptor per request: maxRequests recycles the child.
@@ -19,10 +21,13 @@ Requests are held in the app by withholding their body, so nothing depends on ti
 """
 import os
 import signal
+import socket
+import time
 
 import pytest
 
 from flupfast.limits import MAX_QUEUED_CONNECTIONS
+from tests.integration.backend_process import Server
 from tests.reliability.fault_harness import (
     PROTOCOLS, WAIT, Backend, Exchange, ask, eventually, fd_count, is_overloaded)
 
@@ -217,6 +222,125 @@ def test_fork_pool_exhausted_connections_wait_and_are_answered(start, protocol):
     assert [a.status for a in answers] == [200] * 10
     for exchange in waiting:
         exchange.close()
+
+
+# The fork parent's wait bound in these tests (the default, FORK_OVERLOAD_WAIT, is 5 s).
+OVERLOAD_WAIT = 1.0
+
+
+def speedups_of(backend):
+    """FLUPFAST_SPEEDUPS for a server subprocess running ``backend``'s twins: the refusal
+    reads the request head with the codecs, in the parent."""
+    return "0" if backend.name == "py" else "1"
+
+
+def one_child(start, protocol, backend, overload_wait):
+    return start(protocol, "fork", "--max-children", "1", "--max-spare", "1", "--min-spare",
+                 "1", "--overload-wait", str(overload_wait), speedups=speedups_of(backend))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_fork_pool_exhausted_answers_overloaded_after_the_wait(start, protocol, backend):
+    server = one_child(start, protocol, backend, OVERLOAD_WAIT)
+    held, _ = hold(server, 1)
+    started = time.monotonic()
+    extra = [Exchange(server, "/?x=%d" % i) for i in range(3)]
+    # The only child stays busy: after the bound, the parent answers each waiting connection.
+    for exchange in extra:
+        answer = exchange.answer()
+        assert is_overloaded(protocol, answer), answer
+        exchange.close()
+    waited = time.monotonic() - started
+    assert OVERLOAD_WAIT * 0.9 <= waited < OVERLOAD_WAIT + WAIT, waited
+    log = server.log()
+    assert log.count("answering 'overloaded'") == 1, log
+    assert "all 1 children busy and connections waiting for" in log
+    # The held request was not disturbed; once it ends the child serves new requests.
+    assert_held_answers(held, finish(held))
+    assert [ask(server, "/").status for _ in range(3)] == [200] * 3
+    assert not [c for c in server.calls() if "x=" in c]  # refused requests never ran
+    assert eventually(lambda: "a child is free again; 3 connection(s) were answered "
+                              "'overloaded'" in server.log()), server.log()
+    assert server.log().count("answering 'overloaded'") == 1
+    assert "Traceback" not in server.log()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_fork_pool_exhausted_connections_within_the_wait_are_served(start, protocol, backend):
+    server = one_child(start, protocol, backend, 5.0)
+    held, _ = hold(server, 1)
+    waiting = [Exchange(server, "/?w=%d" % i) for i in range(3)]
+    time.sleep(0.5)  # they wait in the listen queue, well within the bound
+    assert_held_answers(held, finish(held))
+    answers = []
+    for exchange in waiting:
+        answers.append(exchange.answer())
+        exchange.close()  # an AJP connection keeps its child until the web server closes it
+    assert [a.status for a in answers] == [200] * 3, answers
+    assert "overloaded" not in server.log()
+
+
+# A flup-style PreforkServer with its own job class, which has no refuse_overloaded: the parent
+# closes the connection (as thread mode and flup's threaded server do past their bound).
+FLUP_STYLE_SCRIPT = r"""
+import logging, os, socket, sys, time
+from flupfast.server.preforkserver import PreforkServer
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+class Job:
+    def __init__(self, sock, addr):
+        self.sock = sock
+
+    def run(self):
+        if not self.sock.recv(100):
+            return self.sock.close()  # a probe: connected and left
+        open({busy!r}, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists({go!r}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.sock.sendall(b"served\n")
+        self.sock.close()
+
+server = PreforkServer(maxChildren=1, maxSpare=1, jobClass=Job)
+server.overloadWait = {wait!r}
+sock = socket.socket(socket.AF_UNIX)
+sock.bind({path!r})
+sock.listen(16)
+server.run(sock)
+"""
+
+
+def test_fork_overloaded_job_class_without_refusal_is_closed(tmp_path):
+    path, busy, go = (str(tmp_path / name) for name in ("s.sock", "busy", "go"))
+    server = Server([], path, log_path=str(tmp_path / "server.log"), script=FLUP_STYLE_SCRIPT
+                    .format(busy=busy, go=go, wait=OVERLOAD_WAIT, path=path))
+    try:
+        with _flup_style_request(path) as held:
+            assert eventually(lambda: os.path.exists(busy))  # the only child runs it
+            started = time.monotonic()
+            with _flup_style_request(path) as refused:
+                try:
+                    data = refused.recv(100)
+                except ConnectionResetError:  # closed with the request unread
+                    data = b""
+            assert data == b"" and time.monotonic() - started >= OVERLOAD_WAIT * 0.9
+            open(go, "w").close()
+            assert held.recv(100) == b"served\n"
+        assert eventually(lambda: "1 connection(s) were answered 'overloaded'" in server.log())
+        with _flup_style_request(path) as again:  # served normally
+            assert again.recv(100) == b"served\n"
+    finally:
+        log = server.stop()
+    assert log.count("answering 'overloaded'") == 1, log
+    assert "Traceback" not in log
+
+
+def _flup_style_request(path):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(WAIT)
+    sock.connect(path)
+    sock.sendall(b"request\n")
+    return sock
 
 
 # -- an app that hangs --------------------------------------------------------------------------

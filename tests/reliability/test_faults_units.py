@@ -1,8 +1,9 @@
 """The pieces behind the fault tests, in process: the pool's queue bound, the threaded mode's
 hand-off (queue, "overloaded" refusal, idle persistent jobs ended when their thread is needed
-or at stop), and the per-request deadline watchdog (any thread, the main thread's blocking
+or at stop), the prefork parent's "overloaded" answer (OverloadGuard, without fork), and the
+per-request deadline watchdog (any thread, the main thread's blocking
 calls, the app's SIGALRM handler and alarm left alone, no stray exception after a request
-ends). Nothing here depends on timing beyond "eventually".
+ends). Nothing here depends on timing beyond "eventually" and "at least this long".
 """
 import signal
 import socket
@@ -260,3 +261,173 @@ def test_no_stray_timeout_after_requests_that_end_at_their_deadline():
             pass
         for _ in range(2000):  # plenty of bytecodes for a pending exception to fire on
             pass
+
+
+# -- the prefork parent's overloaded answer (OverloadGuard), without fork ----------------------
+
+class RefusingJob:
+    """A job the parent only ever asks to refuse: it waits for ``release``, then answers."""
+
+    def __init__(self, sock, addr, release):
+        self.sock = sock
+        self.release = release
+
+    def run(self):
+        raise AssertionError("the prefork parent never runs a job")
+
+    def refuse_overloaded(self):
+        self.release.wait(30)
+        self.sock.sendall(b"overloaded\n")
+        self.sock.close()
+
+
+class PlainJob:
+    """A flup-style job class: no refuse_overloaded."""
+
+    def __init__(self, sock, addr):
+        self.sock = sock
+
+    def run(self):
+        raise AssertionError("the prefork parent never runs a job")
+
+
+@pytest.fixture
+def exhausted_pool(tmp_path):
+    """A PreforkMode (max_children=1) whose one child the parent sees busy, its non-blocking
+    listening socket and a selector, as the parent loop has them: (mode, listener, selector,
+    address). Nothing forks: the test plays the child's part."""
+    import selectors
+
+    from flupfast.serving.prefork import BUSY, ChildRecord, PreforkMode
+    made = []
+
+    def make(job_class, job_args=(), wait=0.3):
+        address = str(tmp_path / ("s%d.sock" % len(made)))
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(address)
+        listener.listen(16)
+        listener.setblocking(False)
+        mode = PreforkMode(job_class, job_args, min_spare=1, max_spare=1, max_children=1,
+                           overload_wait=wait)
+        mode.children = {1: ChildRecord(1, None, BUSY)}
+        selector = selectors.DefaultSelector()
+        made.append((mode, listener, selector))
+        return mode, listener, selector, address
+    yield make
+    for mode, listener, selector in made:
+        mode._overload.close()
+        selector.close()
+        listener.close()
+
+
+def prefork_has_waiting(listener):
+    from flupfast.serving.prefork import _has_waiting
+    return _has_waiting(listener)
+
+
+def _waiting(selector, guard):
+    """The parent loop's part: the watched listener turned readable."""
+    assert [key.data for key, _ in selector.select(10)] == [guard]
+    guard.on_waiting()
+
+
+def test_overload_guard_watches_only_when_exhausted_and_restarts_its_clock(exhausted_pool):
+    from flupfast.serving.prefork import BUSY, IDLE, PARENT_TICK
+    mode, listener, selector, address = exhausted_pool(RefusingJob, (threading.Event(),), wait=1.0)
+    guard = mode._overload
+    child = mode.children[1]
+    child.state = IDLE
+    assert guard.tend(listener, selector) == PARENT_TICK
+    assert not selector.get_map()  # a child is idle: the parent leaves connections to it
+    child.state = BUSY
+    guard.tend(listener, selector)
+    assert selector.get_key(listener).data is guard  # exhausted: watching for a connection
+    first = connect(address)
+    _waiting(selector, guard)
+    assert not selector.get_map()  # the clock runs; no busy loop on a readable socket
+    assert 0 < guard.tend(listener, selector) <= 1.0
+    # The child took it (it freed up and is busy again): the queue is empty, so the clock
+    # restarts with the next connection and nothing is refused.
+    listener.accept()[0].close()
+    time.sleep(1.05)
+    guard.tend(listener, selector)
+    assert selector.get_key(listener).data is guard
+    assert not guard.answering()
+    first.close()
+    # The next connection gets its own full wait; past it, a child is idle: nothing refused.
+    second = connect(address)
+    _waiting(selector, guard)
+    assert 0 < guard.tend(listener, selector) <= 1.0
+    assert not guard.answering()
+    time.sleep(1.05)
+    child.state = IDLE
+    assert guard.tend(listener, selector) == PARENT_TICK
+    assert not guard.answering() and not selector.get_map()
+    second.close()
+
+
+def test_overload_guard_refuses_after_the_wait_and_forks_only_when_done(exhausted_pool, caplog):
+    release = threading.Event()
+    mode, listener, selector, address = exhausted_pool(RefusingJob, (release,))
+    guard = mode._overload
+    spawned = []
+    mode.spawn_child = lambda sock: spawned.append(sock) or True
+    guard.tend(listener, selector)
+    clients = [connect(address) for _ in range(2)]
+    _waiting(selector, guard)
+    started = time.monotonic()
+    while not guard.answering() and time.monotonic() - started < 10:
+        guard.tend(listener, selector)  # the parent loop's rounds
+        time.sleep(0.02)
+    assert guard.answering()
+    assert time.monotonic() - started >= 0.25  # not before the bound
+    assert not prefork_has_waiting(listener)  # both were accepted
+    assert caplog.text.count("answering 'overloaded'") == 1
+    assert "all 1 children busy and connections waiting for" in caplog.text
+    # The child exits meanwhile: its replacement waits until no answer runs (a child forked
+    # now would inherit the refused connections).
+    mode.children = {}
+    mode._tend_pool(listener)
+    assert spawned == []
+    release.set()
+    for client in clients:
+        assert client.recv(20) == b"overloaded\n"
+        client.close()
+    assert eventually(lambda: not guard.answering())
+    mode._tend_pool(listener)
+    assert spawned == [listener]
+    guard.tend(listener, selector)  # not exhausted any more: the burst is summed up
+    assert "a child is free again; 2 connection(s) were answered 'overloaded'" in caplog.text
+    assert caplog.text.count("answering 'overloaded'") == 1
+
+
+def test_overload_guard_bounds_its_answers_and_closes_jobs_without_refusal(
+        exhausted_pool, monkeypatch):
+    from flupfast.serving import prefork
+    monkeypatch.setattr(prefork, "MAX_OVERLOAD_ANSWERS", 2)
+    release = threading.Event()
+    mode, listener, selector, address = exhausted_pool(RefusingJob, (release,), wait=0)
+    guard = mode._overload
+    guard.tend(listener, selector)
+    clients = [connect(address) for _ in range(3)]
+    _waiting(selector, guard)
+    guard.tend(listener, selector)
+    assert len(guard._answers) == 2 and prefork_has_waiting(listener)  # the third waits
+    release.set()
+    assert eventually(lambda: not guard.answering())
+    guard.tend(listener, selector)
+    for client in clients:
+        assert client.recv(20) == b"overloaded\n"
+        client.close()
+    # A job class without refuse_overloaded: the connection is closed, as in thread mode.
+    mode, listener, selector, address = exhausted_pool(PlainJob, wait=0)
+    guard = mode._overload
+    guard.tend(listener, selector)
+    client = connect(address)
+    _waiting(selector, guard)
+    guard.tend(listener, selector)
+    try:
+        assert client.recv(20) == b""
+    except ConnectionResetError:  # closed with the request unread
+        pass
+    client.close()
