@@ -69,7 +69,7 @@ class ParkedSet:
 
     ``park(tracked)`` adds a job whose ``run()`` returned parked (its ``client`` socket open,
     nothing buffered); ``take_ready()`` gives a worker that just ended a request the next ready
-    one, if any, without blocking; ``enter()``/``leave()`` bracket a worker's run of jobs. When
+    one, if any, after a short wait at most; ``enter()``/``leave()`` bracket a worker's run of jobs. When
     no worker runs, or they leave a ready connection for a whole check, the waiter thread hands
     it to ``hand_off(tracked)`` (the mode queues it in the pool).
     """
@@ -160,7 +160,8 @@ class ParkedSet:
         return False
 
     def take_ready(self):
-        """The next parked connection that is readable now, or None; never blocks."""
+        """The next parked connection that is readable, or None: waits on the set at most
+        LINGER (the last worker running) or SHORT_LINGER (one other worker), else not at all."""
         offered = self._offered
         while offered:
             try:
