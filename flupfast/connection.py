@@ -60,6 +60,12 @@ class Connection:
     # web server's next request; True ends the connection instead (the mode is stopping, or
     # needs the thread for a queued connection). None: wait.
     idle_check = None
+    # Set by the threaded mode: called when a persistent connection goes idle with nothing
+    # buffered; True: run() returns with ``parked`` set and the socket open (the mode watches
+    # it and calls run() again once it is readable, maybe in another thread); False: the mode
+    # stops, the connection ends. None (single and fork modes): wait in recv.
+    park = None
+    parked = False
 
     def __init__(self, sock, addr):
         self._sock = sock
@@ -614,7 +620,8 @@ class FastCGIConnection(Connection):
             if not is_peer_gone(exc):
                 logger.exception('FastCGI connection from %s failed', self._peer_name())
         finally:
-            self._finish()
+            if not self.parked:
+                self._finish()
         return self.served
 
     def _peer_name(self):
@@ -623,11 +630,21 @@ class FastCGIConnection(Connection):
         return self._addr or 'unix socket'
 
     def _serve(self):
+        ready = self.parked  # back from the parked set: the socket is readable
+        self.parked = False
         while not self.closed:
             if not self._events:
                 # Between requests (KEEP_CONN) a stop may end the wait; a new connection is
                 # not idle: its first request is on the way.
-                self.idle = self.served > 0 and not self._requests
+                self.idle = self.served > 0 and not self._requests and not ready
+                ready = False
+                if self.idle and self.park is not None and not self.multiplexed \
+                        and not self._parser.pending:
+                    # Wait without a thread (nothing is buffered, so readiness is enough).
+                    self.idle = False
+                    if self.park() and not server_stopping(self.server):
+                        self.parked = True
+                    return
                 if self.idle and self.idle_check is not None and self.idle_check():
                     return
                 try:

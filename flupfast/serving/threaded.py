@@ -2,8 +2,9 @@
 
 Owns the hand-off, the bounded queue when every thread is busy (and the "overloaded" answer
 beyond it), ending idle persistent connections when their threads are needed, and a bounded
-shutdown. It must not know the protocol (a job answers "overloaded" itself), close the
-listening socket, or wait forever for a kept-alive connection (flup bug 28).
+shutdown, and parking persistent connections idle between requests (serving/parking.py).
+It must not know the protocol (a job answers "overloaded" itself, and says when it parked),
+close the listening socket, or wait forever for a kept-alive connection (flup bug 28).
 """
 import logging
 import socket
@@ -12,6 +13,7 @@ import time
 
 from flupfast.limits import MAX_QUEUED_CONNECTIONS
 from flupfast.output import shutdown_quietly
+from flupfast.serving.parking import ParkedSet, supported as parking_supported
 from flupfast.serving.single import AcceptLoop
 from flupfast.serving.threadpool import ThreadPool
 
@@ -31,22 +33,65 @@ class _TrackedJob:
     """A job and its socket while the pool holds it, so the mode can end the wait of a job
     that says it is ``idle`` (a persistent AJP or FastCGI KEEP_CONN connection between
     requests) by shutting its socket's read side, as SingleMode does; a job that is about to
-    go idle asks the mode first (``job.idle_check``)."""
+    go idle asks the mode first (``job.idle_check``).
 
-    __slots__ = ("job", "client", "_active")
+    With ``parked`` (a ParkedSet), a job that can park (``job.park``) returns from ``run()``
+    with ``job.parked`` set instead of waiting idle; it is then watched in the set, and the
+    worker goes on with the next ready parked connection, if any, before it goes back to the
+    pool: under load one thread serves request after request with no wake-up in between."""
 
-    def __init__(self, job, client, active, idle_check):
+    __slots__ = ("job", "client", "_active", "_parked", "_pool", "registered", "park_token",
+                 "fd")
+
+    def __init__(self, job, client, active, idle_check, parked=None, pool=None):
         self.job = job
         self.client = client
         self._active = active
+        self._parked = parked
+        self._pool = pool
+        self.registered = False  # in the parked set's epoll (kept there, disarmed, when taken)
+        self.park_token = None   # while parked: who takes it (parking.py)
+        self.fd = client.fileno() if parked is not None else -1
         if hasattr(job, "idle"):
             job.idle_check = idle_check
+        if parked is not None and hasattr(job, "park"):
+            job.park = parked.accepts
 
     def run(self):
+        parked = self._parked
+        if parked is None or not hasattr(self.job, "park"):
+            try:
+                return self.job.run()
+            finally:
+                self._active.discard(self)
+        pool = self._pool
+        parked.enter()
         try:
-            return self.job.run()
+            tracked = self
+            while tracked is not None:
+                tracked._run_once(parked)
+                # Connections queued for a thread go first: this one goes back to the pool.
+                tracked = None if pool.has_queued() else parked.take_ready()
+                if tracked is not None:
+                    self._active.add(tracked)
+        finally:
+            parked.leave()
+
+    def _run_once(self, parked):
+        job = self.job
+        try:
+            job.run()
         finally:
             self._active.discard(self)
+            if getattr(job, "parked", False) and not parked.park(self):
+                self.close_parked()  # the mode stopped meanwhile
+
+    def close_parked(self):
+        """End a parked connection (the mode stops): nothing is in flight on it."""
+        try:
+            self.client.close()
+        except OSError:
+            pass
 
     def end_if_idle(self, stopping):
         """End the job's wait if it is idle. To free a thread (not ``stopping``) only a
@@ -71,10 +116,15 @@ class ThreadedMode(AcceptLoop):
     requests is ended (the web server reconnects). Beyond the bound the job answers the
     protocol's "overloaded" reply (``job.refuse_overloaded()``; a job without one is closed,
     as flup closes every connection past ``maxThreads``).
+
+    With ``parking`` (the default where epoll exists), while ``serve()`` runs, a persistent
+    connection idle between requests holds no thread: it waits in a ParkedSet and comes back
+    to a worker when the web server sends its next request.
     """
 
     def __init__(self, job_class, job_args=(), *, pool=None, is_client_allowed=None,
-                 periodic=None, max_queued=MAX_QUEUED_CONNECTIONS, **pool_options):
+                 periodic=None, max_queued=MAX_QUEUED_CONNECTIONS, parking=True,
+                 **pool_options):
         super().__init__(job_class, job_args, is_client_allowed=is_client_allowed,
                          periodic=periodic)
         self.pool = pool if pool is not None else ThreadPool(**pool_options)
@@ -82,9 +132,25 @@ class ThreadedMode(AcceptLoop):
         self._active = set()  # _TrackedJob of every job the pool holds (queued or running)
         self._queued_burst = 0  # connections queued behind busy threads in the current burst
         self._refused = 0       # connections answered "overloaded" in the current burst
+        self.parked = ParkedSet(self._hand_off) if parking and parking_supported() else None
+
+    def serve(self, sock, timeout=1.0):
+        """The accept loop, with the parked set open while it runs: when it ends (a stop),
+        parked connections are closed at once, as idle ones are."""
+        parked = self.parked
+        if parked is None:
+            return super().serve(sock, timeout)
+        parked.start()
+        try:
+            return super().serve(sock, timeout)
+        finally:
+            parked.close()
 
     def dispatch(self, job, client):
-        tracked = _TrackedJob(job, client, self._active, self._idle_check)
+        parked = self.parked
+        if parked is not None and not parked.open:
+            parked = None
+        tracked = _TrackedJob(job, client, self._active, self._idle_check, parked, self.pool)
         self._active.add(tracked)
         if self.pool.add_job(tracked, queue_limit=self.max_queued):
             waiting = -self.pool.idle_count  # jobs in the queue with no thread for them
@@ -110,6 +176,15 @@ class ThreadedMode(AcceptLoop):
         else:
             client.close()
 
+    def _hand_off(self, tracked):
+        """A parked connection the web server sent a request on, with no worker about to take
+        it: to the pool. Not bounded by ``max_queued``: it was accepted already, and its
+        request must not be refused."""
+        self._active.add(tracked)
+        if not self.pool.add_job(tracked):
+            self._active.discard(tracked)
+            tracked.close_parked()  # the pool stops
+
     def _idle_check(self):
         """A persistent connection going idle ends instead when the mode stops or when a
         queued connection waits for a thread."""
@@ -132,6 +207,8 @@ class ThreadedMode(AcceptLoop):
         idle between requests, now or once their request ends, are closed at once: the web
         server keeping one open must not hold the exit for the whole grace."""
         self.stop()
+        if self.parked is not None:
+            self.parked.close()
         self._end_idle_jobs()
         if timeout is None:
             return self._drop(self.pool.shutdown(None))

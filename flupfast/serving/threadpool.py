@@ -57,6 +57,11 @@ class ThreadPool:
         with self._cond:
             return self._workers
 
+    def has_queued(self):
+        """Jobs wait in the queue with no thread free for them. Read without the lock: a hint
+        for a worker deciding whether to go back to the queue (asked after every request)."""
+        return self._waiting < len(self._queue)
+
     def _start_worker(self):
         # Caller holds the lock. daemon=True: a busy worker must not keep the process alive.
         thread = threading.Thread(target=self._work, name="flupfast-worker", daemon=True)

@@ -1,0 +1,249 @@
+"""Parked persistent connections of the threaded mode: one epoll set instead of one blocked
+worker thread per idle connection.
+
+Owns the epoll set (EPOLLONESHOT: a readiness goes to exactly one taker), the parked jobs by
+fd, and the waiter thread that hands a readable parked connection to the pool when no worker
+is about to take it. It must not know the protocol (the job says whether it parked) nor touch
+the pool's limits (a parked job is handed back like a queued one).
+
+Why: behind nginx (``fastcgi_keep_conn on``, upstream keepalive) every kept connection bound
+to its own blocked thread meant one thread wake-up and one GIL hand-off per request. A worker
+that ends a request now takes the next ready parked connection itself (a zero-timeout poll,
+no sleep), so under load one thread serves requests back to back.
+"""
+import collections
+import logging
+import os
+import select
+import threading
+
+__all__ = ["LINGER", "PARKED_MASK", "SHORT_LINGER", "STALL_CHECK", "STALL_MAX", "ParkedSet", "supported"]
+
+logger = logging.getLogger("flupfast")
+
+# Readable, or the peer hung up (a closed parked connection must be taken, seen at EOF and
+# closed: no fd kept for a peer that left). One-shot: disarmed once reported, re-armed when the
+# connection parks again, so two threads never serve one connection.
+PARKED_MASK = getattr(select, "EPOLLIN", 1) | getattr(select, "EPOLLRDHUP", 0x2000) \
+    | getattr(select, "EPOLLONESHOT", 1 << 30)
+# While workers run, the waiter leaves the set to them: every STALL_CHECK it collects the ready
+# connections and offers them to the workers; one still untaken at the next check goes to the
+# pool (a thread wakes for it). So a ready connection waits at most about 2 * STALL_CHECK behind
+# workers busy with long requests, and under load the workers take nearly all of them.
+STALL_CHECK = 0.002
+# Checks that find nothing ready back off, doubling up to this: a worker leading on the set
+# (LINGER) takes the ready ones itself, and a waiter waking 500 times a second for nothing is
+# a cost of its own. The first connection ready behind busy workers after a quiet spell may
+# wait this long (later ones STALL_CHECK again).
+STALL_MAX = 0.02
+
+
+# The last worker running, finding nothing ready, waits this long on the set itself before it
+# goes back to the pool: the next request of a steady load then wakes that thread alone, as
+# a connection blocked in recv did, instead of the waiter and then a pool thread. Short: the
+# pool counts the thread busy meanwhile.
+LINGER = 0.02
+# Any other worker finding nothing ready waits this long: the web server's next request on the
+# connection it just answered comes a round trip later (about 0.1 ms through nginx), and
+# catching it here saves the waiter's check and a thread wake-up (epoll wakes one waiter per
+# event). Without it, behind nginx, 16 connections of 50 ms requests ran 14.5 at once, not 15.4.
+SHORT_LINGER = 0.002
+
+
+def supported():
+    return hasattr(select, "epoll")
+
+
+def _claim(token):
+    """Own a parked connection: ``token`` is the one-item list made when it parked; list.pop
+    is atomic, so exactly one of the workers, the waiter and close() gets it."""
+    try:
+        token.pop()
+        return True
+    except IndexError:
+        return False
+
+
+class ParkedSet:
+    """Idle persistent connections waiting in one epoll set.
+
+    ``park(tracked)`` adds a job whose ``run()`` returned parked (its ``client`` socket open,
+    nothing buffered); ``take_ready()`` gives a worker that just ended a request the next ready
+    one, if any, after a short wait at most; ``enter()``/``leave()`` bracket a worker's run of jobs. When
+    no worker runs, or they leave a ready connection for a whole check, the waiter thread hands
+    it to ``hand_off(tracked)`` (the mode queues it in the pool).
+    """
+
+    def __init__(self, hand_off):
+        self._hand_off = hand_off
+        self._cond = threading.Condition()
+        self._parked = {}      # fd -> tracked job (tracked.park_token: see _claim)
+        self._offered = collections.deque()  # (tracked, token) the waiter saw ready
+        self._running = 0      # workers between enter() and leave()
+        self._lingering = False  # a worker (not the last) waits SHORT_LINGER on the set
+        self._epoll = None
+        self._wake_r = self._wake_w = None
+        self._thread = None
+        self.open = False
+
+    # -- lifecycle (the mode's serve()) -----------------------------------------------------
+
+    def start(self):
+        with self._cond:
+            if self.open:
+                return
+            self._epoll = select.epoll()
+            self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            self._epoll.register(self._wake_r, select.EPOLLIN)
+            self.open = True
+            self._thread = threading.Thread(target=self._wait, args=(self._epoll,),
+                                            name="flupfast-parked", daemon=True)
+            self._thread.start()
+
+    def close(self):
+        """Stop the waiter and close every parked connection at once (a stop ends idle
+        persistent connections, as the single mode does). Returns how many were closed."""
+        with self._cond:
+            if not self.open:
+                return 0
+            self.open = False
+            self._cond.notify_all()
+            thread = self._thread
+            self._thread = None
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+        closed = 0
+        for fd in list(self._parked):
+            tracked = self._parked.pop(fd, None)
+            if tracked is not None and _claim(tracked.park_token):
+                tracked.close_parked()
+                closed += 1
+        self._offered.clear()
+        self._epoll.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        return closed
+
+    # -- the workers' side --------------------------------------------------------------------
+
+    def accepts(self):
+        """A job's ``park``: may it park now? (False: the mode stops; the job ends.)"""
+        return self.open
+
+    def park(self, tracked):
+        """Watch ``tracked.client``; False when the set is closed (the caller closes it)."""
+        fd = tracked.fd
+        token = tracked.park_token = [True]
+        self._parked[fd] = tracked
+        try:
+            if not self.open:
+                raise ValueError("closed")
+            if tracked.registered:
+                self._epoll.modify(fd, PARKED_MASK)  # re-arm (one-shot)
+            else:
+                self._epoll.register(fd, PARKED_MASK)
+                tracked.registered = True
+        except (OSError, ValueError):
+            # Closed meanwhile (a stop): the caller closes it unless close() has it.
+            self._parked.pop(fd, None)
+            return not _claim(token)
+        return True
+
+    def _own(self, tracked, token):
+        if _claim(token):
+            self._parked.pop(tracked.fd, None)
+            return True
+        return False
+
+    def take_ready(self):
+        """The next parked connection that is readable, or None: waits on the set at most
+        LINGER (the last worker running) or SHORT_LINGER (one other worker), else not at all."""
+        offered = self._offered
+        while offered:
+            try:
+                tracked, token = offered.popleft()
+            except IndexError:
+                break
+            if self._own(tracked, token):
+                return tracked
+        try:
+            # A worker waits on the set itself a while; the last one running longer.
+            if self._running == 1:
+                events = self._epoll.poll(LINGER, 1)
+            elif self._lingering:
+                events = self._epoll.poll(0, 1)
+            else:
+                self._lingering = True  # racy by design: a hint, so that few wait at once
+                try:
+                    events = self._epoll.poll(SHORT_LINGER, 1)
+                finally:
+                    self._lingering = False
+        except (OSError, ValueError):  # closed by a stop
+            return None
+        if events:
+            tracked = self._parked.get(events[0][0])
+            if tracked is not None and self._own(tracked, tracked.park_token):
+                return tracked
+        return None
+
+    def enter(self):
+        with self._cond:
+            self._running += 1
+
+    def leave(self):
+        with self._cond:
+            self._running -= 1
+            if not self._running:
+                self._cond.notify()  # the waiter watches the set itself again
+
+    # -- the waiter thread --------------------------------------------------------------------
+
+    def _wait(self, epoll):
+        cond = self._cond
+        parked = self._parked
+        offered = self._offered
+        previous = []  # what was offered at the last check
+        check = STALL_CHECK
+        while True:
+            with cond:
+                if self._running and self.open:
+                    cond.wait(check)  # notified when the last worker leaves, or a stop
+                if not self.open:
+                    return
+                running = self._running
+            # Offered for a whole check and still untaken: a thread wakes for it.
+            for tracked, token in previous:
+                if self._own(tracked, token):
+                    self._give(tracked)
+            previous = []
+            if not running:
+                while offered:
+                    tracked, token = offered.popleft()
+                    if self._own(tracked, token):
+                        self._give(tracked)
+            try:
+                events = epoll.poll(0 if running else -1)
+            except (OSError, ValueError):
+                return
+            check = STALL_CHECK if events else min(check * 2, STALL_MAX)
+            for fd, _ in events:
+                tracked = parked.get(fd)
+                if tracked is None:
+                    continue  # the wakeup pipe
+                token = tracked.park_token
+                if running:
+                    offered.append((tracked, token))
+                    previous.append((tracked, token))
+                elif self._own(tracked, token):
+                    self._give(tracked)
+
+    def _give(self, tracked):
+        try:
+            self._hand_off(tracked)
+        except Exception:
+            logger.exception("cannot hand a parked connection to the pool")
+            tracked.close_parked()

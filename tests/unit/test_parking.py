@@ -1,0 +1,158 @@
+"""Parking in the threaded mode (flupfast/serving/parking.py): kept FastCGI connections idle
+between requests hold no thread, pipelined requests are served before a connection parks, a
+parked connection the peer closes is closed and forgotten, a stop closes parked connections at
+once, and a ready connection is not left waiting behind a worker busy with a long request.
+Runs on both backends; nothing depends on timing beyond "eventually" and generous bounds.
+"""
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from flupfast import _impl
+from flupfast.serving import parking
+from flupfast.serving.threaded import ThreadedMode
+from flupfast.server import fcgi_base
+from tests.fcgi_client import read_response, request_bytes
+from tests.reliability.fault_harness import eventually
+
+pytestmark = pytest.mark.skipif(not parking.supported(), reason="no epoll")
+
+SLOW = threading.Event()
+
+
+def app(environ, start_response):
+    if environ['PATH_INFO'] == '/slow':
+        SLOW.wait(30)
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    return [b'hello ' + environ['PATH_INFO'].encode()]
+
+
+@pytest.fixture
+def served(backend, monkeypatch, tmp_path):
+    """A ThreadedMode (parking on) serving FastCGI on a Unix socket in a thread:
+    (mode, connect)."""
+    monkeypatch.setattr(_impl, 'FastCGIParser', backend.FastCGIParser)
+    monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
+    monkeypatch.setattr(_impl, 'frame_stdout', backend.frame_stdout)
+    SLOW.clear()
+    server = fcgi_base.BaseFCGIServer(app)
+    address = str(tmp_path / 'p.sock')
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(address)
+    listener.listen(64)
+    modes = []
+
+    def make(**pool):
+        pool = pool or {'min_spare': 1, 'max_spare': 5}
+        mode = ThreadedMode(server._connectionClass, (server, None), **pool)
+        thread = threading.Thread(target=mode.serve, args=(listener, 0.05), daemon=True)
+        thread.start()
+        modes.append((mode, thread))
+        assert eventually(lambda: mode.parked.open)
+        return mode
+
+    socks = []
+
+    def connect():
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(30)
+        sock.connect(address)
+        socks.append(sock)
+        return sock
+
+    yield make, connect
+    SLOW.set()
+    for mode, thread in modes:
+        mode.shutdown(5)
+        thread.join(10)
+    listener.close()
+    for sock in socks:
+        sock.close()
+
+
+def ask(sock, uri='/', request_id=1):
+    sock.sendall(request_bytes(uri, keep_conn=True, request_id=request_id))
+    return read_response(sock, request_id, timeout=30)
+
+
+def test_idle_kept_connections_hold_no_thread(served):
+    make, connect = served
+    mode = make()
+    socks = [connect() for _ in range(12)]
+    for round_ in range(3):
+        for i, sock in enumerate(socks):
+            assert ask(sock, '/%d-%d' % (round_, i)).body == b'hello /%d-%d' % (round_, i)
+    # All twelve parked: no worker busy, none blocked in recv.
+    assert eventually(lambda: len(mode.parked._parked) == 12)
+    assert eventually(lambda: mode.pool.busy_threads() == 0)
+    assert mode.pool.worker_count <= 5
+
+
+def test_one_thread_serves_many_kept_connections(served):
+    make, connect = served
+    mode = make(min_spare=1, max_spare=1, max_threads=1)
+    socks = [connect() for _ in range(4)]
+    for round_ in range(3):
+        for sock in socks:  # each served, then parked: the next one gets the thread
+            assert ask(sock).end == (0, 0)
+    for sock in socks:
+        assert ask(sock).end == (0, 0)  # none was ended to free the thread
+
+
+def test_pipelined_requests_are_served_before_parking(served):
+    make, connect = served
+    make()
+    sock = connect()
+    sock.sendall(request_bytes('/a', keep_conn=True, request_id=1)
+                 + request_bytes('/b', keep_conn=True, request_id=2))
+    assert read_response(sock, 1, timeout=30).body == b'hello /a'
+    assert read_response(sock, 2, timeout=30).body == b'hello /b'
+    assert ask(sock, '/c').body == b'hello /c'
+
+
+def _open_fds():
+    return len(os.listdir('/proc/self/fd'))
+
+
+def test_parked_connection_closed_by_the_peer_is_closed_and_forgotten(served):
+    make, connect = served
+    mode = make()
+    assert ask(connect()).end == (0, 0)  # warm up: pool threads, epoll, buffers
+    baseline = _open_fds()
+    for _ in range(50):
+        sock = connect()
+        assert ask(sock).end == (0, 0)
+        sock.close()
+    assert eventually(lambda: len(mode.parked._parked) <= 1)
+    assert eventually(lambda: _open_fds() <= baseline)
+
+
+def test_ready_connection_is_served_while_a_worker_runs_a_long_request(served):
+    make, connect = served
+    make()
+    slow, quick = connect(), connect()
+    assert ask(quick).end == (0, 0)  # parked
+    slow.sendall(request_bytes('/slow', keep_conn=True))
+    time.sleep(0.1)
+    started = time.monotonic()
+    assert ask(quick, '/q').body == b'hello /q'
+    assert time.monotonic() - started < 5  # not behind the long request
+    SLOW.set()
+    assert read_response(slow, timeout=30).body == b'hello /slow'
+
+
+def test_shutdown_closes_parked_connections_at_once(served):
+    make, connect = served
+    mode = make()
+    socks = [connect() for _ in range(3)]
+    for sock in socks:
+        assert ask(sock).end == (0, 0)
+    assert eventually(lambda: len(mode.parked._parked) == 3)
+    started = time.monotonic()
+    mode.shutdown(5)
+    assert time.monotonic() - started < 2  # not the grace
+    for sock in socks:
+        assert sock.recv(10) == b''
