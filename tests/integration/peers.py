@@ -450,7 +450,9 @@ class Front:
                 remove_tempdir(self.workdir)
 
 
-NGINX_CONF = """\
+# How every test nginx begins: in the foreground, one worker process, its pid, logs and temp
+# files under ``root``; ``http`` is the rest of the http block (see nginx_config).
+NGINX_FRAME = """\
 daemon off;
 master_process {master};
 worker_processes 1;
@@ -459,7 +461,7 @@ error_log {root}/error.log info;
 pid {root}/nginx.pid;
 
 events {{
-    worker_connections 512;
+    worker_connections {worker_connections};
 }}
 
 http {{
@@ -469,6 +471,20 @@ http {{
     proxy_temp_path {root}/tmp/proxy;
     uwsgi_temp_path {root}/tmp/uwsgi;
     scgi_temp_path {root}/tmp/scgi;
+{http}}}
+"""
+
+
+def nginx_config(root, http, master_process=True, worker_connections=512):
+    """A whole nginx.conf: NGINX_FRAME around ``http`` (already formatted). With a master
+    process nginx runs its workers as www-data; without one everything runs as the caller."""
+    return NGINX_FRAME.format(root=root, http=http, worker_connections=worker_connections,
+                              master="on" if master_process else "off",
+                              user="user www-data www-data;" if master_process else "")
+
+
+# The http block of start_nginx's config (after NGINX_FRAME's common lines).
+NGINX_HTTP = """\
     client_max_body_size 0;
     keepalive_requests 10000;
 
@@ -513,7 +529,6 @@ http {{
 {fastcgi_common}
         }}
     }}
-}}
 """
 
 
@@ -534,12 +549,11 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
         "fastcgi_read_timeout %ds;" % IO_TIMEOUT,
         "fastcgi_send_timeout %ds;" % IO_TIMEOUT,
     ))
-    conf = NGINX_CONF.format(
-        master="on" if master_process else "off",
-        user="user www-data www-data;" if master_process else "",
-        root=root, backend_sock=backend_sock, counted_sock=counted_sock,
+    conf = nginx_config(root, NGINX_HTTP.format(
+        backend_sock=backend_sock, counted_sock=counted_sock,
         keepalive="keepalive 4;" if keep_conn else "",
-        port=port, counted_port=counted_port, fastcgi_common=common)
+        port=port, counted_port=counted_port, fastcgi_common=common),
+        master_process=master_process)
     conf_path = root / "nginx.conf"
     conf_path.write_text(conf)
 
@@ -563,25 +577,8 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
     return front
 
 
-NGINX_SCGI_CONF = """\
-daemon off;
-master_process on;
-worker_processes 1;
-user www-data www-data;
-error_log {root}/error.log info;
-pid {root}/nginx.pid;
-
-events {{
-    worker_connections 512;
-}}
-
-http {{
-    access_log {root}/access.log;
-    client_body_temp_path {root}/tmp/client_body;
-    fastcgi_temp_path {root}/tmp/fastcgi;
-    proxy_temp_path {root}/tmp/proxy;
-    uwsgi_temp_path {root}/tmp/uwsgi;
-    scgi_temp_path {root}/tmp/scgi;
+# The http block of start_nginx_scgi's config (after NGINX_FRAME's common lines).
+NGINX_SCGI_HTTP = """\
     client_max_body_size 0;
     keepalive_requests 10000;
 
@@ -620,7 +617,6 @@ http {{
 {scgi_common}
         }}
     }}
-}}
 """
 
 
@@ -651,8 +647,9 @@ def start_nginx_scgi(server, unix=False, mode="thread", name=None):
         "scgi_read_timeout %ds;" % IO_TIMEOUT,
         "scgi_send_timeout %ds;" % IO_TIMEOUT,
     ))
-    conf = NGINX_SCGI_CONF.format(root=root, port=port, counted_port=counted_port,
-                                  backend=backend, counted=counted, scgi_common=common)
+    conf = nginx_config(root, NGINX_SCGI_HTTP.format(
+        port=port, counted_port=counted_port, backend=backend, counted=counted,
+        scgi_common=common))
     conf_path = root / "nginx.conf"
     conf_path.write_text(conf)
     front = Front(name=name, port=port, prefix="", server=server, counted_port=counted_port,

@@ -14,21 +14,8 @@ from tests.integration import peers
 from tests.reliability.fault_harness import Backend, Exchange
 from tests.reliability.test_faults import assert_held_answers, finish, hold
 
-NGINX_CONF = """\
-daemon off;
-master_process on;
-worker_processes 1;
-user www-data www-data;
-error_log {root}/error.log info;
-pid {root}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-    access_log {root}/access.log;
-    client_body_temp_path {root}/tmp/client_body;
-    fastcgi_temp_path {root}/tmp/fastcgi;
-    scgi_temp_path {root}/tmp/scgi;
-    proxy_temp_path {root}/tmp/proxy;
-    uwsgi_temp_path {root}/tmp/uwsgi;
+# The http block (peers.nginx_config adds what every test nginx has).
+NGINX_HTTP = """\
     server {{
         listen 127.0.0.1:{port};
         location / {{
@@ -36,7 +23,6 @@ http {{
             {directive} unix:{sock};
         }}
     }}
-}}
 """
 
 
@@ -54,10 +40,11 @@ def test_overloaded_reaches_the_user_as_503_through_nginx(protocol):
         os.chmod(backend.address, 0o777)  # nginx's workers run as www-data
         port = peers.free_port()
         conf = root / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(
-            root=root, port=port, sock=backend.address,
+        conf.write_text(peers.nginx_config(root, NGINX_HTTP.format(
+            port=port, sock=backend.address,
             params="fastcgi_params" if protocol == "fcgi" else "scgi_params",
-            directive="fastcgi_pass" if protocol == "fcgi" else "scgi_pass"))
+            directive="fastcgi_pass" if protocol == "fcgi" else "scgi_pass"),
+            worker_connections=64))
         nginx = peers.ManagedProcess("nginx-" + protocol, [peers.NGINX, "-p", str(root), "-c",
                                                            str(conf), "-e",
                                                            str(root / "error.log")],
