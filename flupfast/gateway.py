@@ -100,8 +100,7 @@ def sanitize_cgi_environ(environ, server_name):
             and 'SERVER_PORT' in environ and 'SERVER_PROTOCOL' in environ:
         # What nginx and Apache send: only an empty QUERY_STRING may need REQUEST_URI's.
         if not environ['QUERY_STRING']:
-            uri = environ.get('REQUEST_URI')
-            environ['QUERY_STRING'] = uri.split('?', 1)[1] if uri and '?' in uri else ''
+            fill_query_string(environ, split_request_uri(environ))
         return
     request_uri = split_request_uri(environ)
     if not environ.get('PATH_INFO'):

@@ -391,7 +391,7 @@ class OverloadGuard:
             except BlockingIOError:
                 self._since = None  # the queue is empty: the clock restarts with the next one
                 return 0
-            except (InterruptedError, ConnectionAbortedError):
+            except ACCEPT_RETRY_ERRORS:  # the accept loops' own list (interrupted, aborted)
                 continue
             except OSError as exc:
                 # EMFILE and the like: the connections stay queued; try again next tick.
