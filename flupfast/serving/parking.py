@@ -135,7 +135,7 @@ class ParkedSet:
         return self.open
 
     def park(self, tracked):
-        """Watch ``tracked.client``; False when the set is closed (the caller closes it)."""
+        """Watch ``tracked.client``; False when it cannot be watched (the caller closes it)."""
         fd = tracked.fd
         token = tracked.park_token = [True]
         self._parked[fd] = tracked
@@ -143,15 +143,37 @@ class ParkedSet:
             if not self.open:
                 raise ValueError("closed")
             if tracked.registered:
-                self._epoll.modify(fd, PARKED_MASK)  # re-arm (one-shot)
+                self._arm(fd, again=True)
             else:
-                self._epoll.register(fd, PARKED_MASK)
+                # Marked before the call: epoll_ctl releases the GIL, and once the connection
+                # is armed another thread may take it, serve its next request and park it
+                # again before this one runs (it must then re-arm, not register a second time).
                 tracked.registered = True
-        except (OSError, ValueError):
-            # Closed meanwhile (a stop): the caller closes it unless close() has it.
+                self._arm(fd, again=False)
+        except (OSError, ValueError) as exc:
             self._parked.pop(fd, None)
+            if self.open and isinstance(exc, OSError):
+                logger.warning("cannot watch an idle persistent connection (fd %d): %s; "
+                               "closing it", fd, exc)
+            # The caller closes it, unless close() (a stop) has it.
             return not _claim(token)
         return True
+
+    def _arm(self, fd, again):
+        """Add ``fd`` to the set armed for one event, or re-arm it (one-shot: disarmed once
+        reported). Whichever the guess, the other call completes it, so the set's view and the
+        job's ``registered`` flag cannot disagree into an error."""
+        epoll = self._epoll
+        if again:
+            try:
+                epoll.modify(fd, PARKED_MASK)
+            except FileNotFoundError:
+                epoll.register(fd, PARKED_MASK)
+        else:
+            try:
+                epoll.register(fd, PARKED_MASK)
+            except FileExistsError:
+                epoll.modify(fd, PARKED_MASK)
 
     def _own(self, tracked, token):
         if _claim(token):

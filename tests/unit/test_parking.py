@@ -5,6 +5,7 @@ once, and a ready connection is not left waiting behind a worker busy with a lon
 Runs on both backends; nothing depends on timing beyond "eventually" and generous bounds.
 """
 import os
+import select
 import socket
 import threading
 import time
@@ -156,3 +157,93 @@ def test_shutdown_closes_parked_connections_at_once(served):
     assert time.monotonic() - started < 2  # not the grace
     for sock in socks:
         assert sock.recv(10) == b''
+
+
+class _Tracked:
+    """What ParkedSet.park needs of a _TrackedJob."""
+
+    def __init__(self, sock):
+        self.client = sock
+        self.fd = sock.fileno()
+        self.registered = False
+        self.park_token = None
+
+
+class _ArmHook:
+    """The set's epoll, with a hook run right after each successful register/modify: the
+    moment epoll_ctl has armed the connection and the parking thread waits for the GIL."""
+
+    def __init__(self, epoll, after_arm):
+        self._epoll = epoll
+        self._after_arm = after_arm
+
+    def register(self, fd, mask):
+        self._epoll.register(fd, mask)
+        self._after_arm()
+
+    def modify(self, fd, mask):
+        self._epoll.modify(fd, mask)
+        self._after_arm()
+
+    def __getattr__(self, name):
+        return getattr(self._epoll, name)
+
+
+def test_connection_parked_again_by_another_thread_inside_the_first_park():
+    """epoll_ctl releases the GIL: once a connection is armed, another worker may take it,
+    serve its next request and park it again before the parking thread has run another line.
+    The second park must re-arm, not register again: that failed with EEXIST and the
+    connection was closed under the web server (resets behind 16 kept connections)."""
+    ours, peer = socket.socketpair()
+    epoll = select.epoll()
+    parked = parking.ParkedSet(hand_off=lambda tracked: None)
+    tracked = _Tracked(ours)
+    nested = []
+
+    def another_worker():
+        if nested:
+            return
+        nested.append(True)
+        peer.send(b'next request')
+        events = epoll.poll(5)
+        assert [fd for fd, _ in events] == [tracked.fd]
+        assert parked._own(tracked, tracked.park_token)
+        assert ours.recv(100) == b'next request'
+        nested.append(parked.park(tracked))
+
+    parked._epoll = _ArmHook(epoll, another_worker)
+    parked.open = True
+    try:
+        assert parked.park(tracked)
+        assert nested == [True, True]
+        peer.send(b'one more')  # still watched, armed once
+        assert [fd for fd, _ in epoll.poll(5)] == [tracked.fd]
+        assert parked._parked == {tracked.fd: tracked}
+    finally:
+        parked.open = False
+        epoll.close()
+        ours.close()
+        peer.close()
+
+
+@pytest.mark.parametrize('flag_says_registered', [True, False])
+def test_park_completes_whatever_the_registered_flag_guessed(flag_says_registered):
+    """The job's ``registered`` flag is a guess at what epoll holds: a wrong one costs a
+    second epoll_ctl, never the connection."""
+    ours, peer = socket.socketpair()
+    parked = parking.ParkedSet(hand_off=lambda tracked: None)
+    parked._epoll = epoll = select.epoll()
+    parked.open = True
+    tracked = _Tracked(ours)
+    try:
+        if not flag_says_registered:
+            epoll.register(tracked.fd, 0)  # in the set, though the flag says not
+        tracked.registered = flag_says_registered
+        assert parked.park(tracked)
+        peer.send(b'request')
+        assert [fd for fd, _ in epoll.poll(5)] == [tracked.fd]
+    finally:
+        parked.open = False
+        epoll.close()
+        ours.close()
+        peer.close()
