@@ -66,6 +66,10 @@ class Connection:
     # stops, the connection ends. None (single and fork modes): wait in recv.
     park = None
     parked = False
+    # Whether run() may return parked: only a non-multiplexed FastCGI connection does. The
+    # threaded mode takes others (SCGI's one request, AJP's connection that never parks) past
+    # the parked set, whose worker would otherwise wait on it for nothing after every job.
+    can_park = False
 
     def __init__(self, sock, addr):
         self._sock = sock
@@ -550,6 +554,7 @@ class FastCGIConnection(Connection):
         self.server = server
         self.timeout = timeout
         self.multiplexed = bool(getattr(server, 'multiplexed', False))
+        self.can_park = not self.multiplexed
         maxwrite = getattr(server, 'maxwrite', DEFAULT_MAXWRITE)
         # Record content: a multiple of 8 so only a stream's last record needs padding.
         self.max_content = max(8, min(maxwrite - fcgi.FCGI_HEADER_LEN, 0xFFF8) & ~7)

@@ -44,6 +44,8 @@ class _TrackedJob:
                  "fd")
 
     def __init__(self, job, client, active, idle_check, parked=None, pool=None):
+        if parked is not None and not getattr(job, "can_park", False):
+            parked = None
         self.job = job
         self.client = client
         self._active = active
@@ -54,12 +56,12 @@ class _TrackedJob:
         self.fd = client.fileno() if parked is not None else -1
         if hasattr(job, "idle"):
             job.idle_check = idle_check
-        if parked is not None and hasattr(job, "park"):
+        if parked is not None:
             job.park = parked.accepts
 
     def run(self):
         parked = self._parked
-        if parked is None or not hasattr(self.job, "park"):
+        if parked is None:
             try:
                 return self.job.run()
             finally:
