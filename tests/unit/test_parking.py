@@ -247,3 +247,35 @@ def test_park_completes_whatever_the_registered_flag_guessed(flag_says_registere
         epoll.close()
         ours.close()
         peer.close()
+
+
+def test_a_job_that_cannot_park_bypasses_the_parked_set():
+    """SCGI's one request and AJP's connection never park: their worker must not wait on the
+    parked set after the job (the last one running would linger there 20 ms, counted busy)."""
+    from flupfast.serving.threaded import _TrackedJob
+
+    class NeverParks:
+        park = None      # as every Connection has (set by the mode for one that can park)
+        parked = False
+        ran = False
+
+        def run(self):
+            self.ran = True
+            return 1
+
+    class Recording:
+        def __getattr__(self, name):
+            raise AssertionError('the parked set was used: %s' % name)
+
+    ours, peer = socket.socketpair()
+    try:
+        job = NeverParks()
+        active = set()
+        tracked = _TrackedJob(job, ours, active, None, parked=Recording(), pool=None)
+        active.add(tracked)
+        assert tracked.run() == 1
+        assert job.ran and not active
+        assert job.park is None
+    finally:
+        ours.close()
+        peer.close()
