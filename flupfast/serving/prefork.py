@@ -27,7 +27,8 @@ from flupfast.serving.listen import (
 from flupfast.serving.signals import LoopControl
 
 __all__ = [
-    "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "PARENT_TICK", "RETIRE_DELAY",
+    "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "EXCESS_CHECK", "PARENT_TICK",
+    "RETIRE_DELAY",
     "DRAIN_GRACE",
     "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL", "ChildBoard", "ChildDrain", "ChildRecord",
     "OverloadGuard", "PoolChange", "PoolLimits", "PreforkMode",
@@ -77,6 +78,11 @@ REAP_POLL = 0.05
 # the pool (26 children forked in 7 s under a 16-connection hello load, 5 at its end), each fork
 # and cold start paid by the requests behind it.
 RETIRE_DELAY = 1.0
+# While an excess waits out RETIRE_DELAY the parent reads the scoreboard this often: children
+# wake it only when the idle count crosses min_spare or max_spare, so without a look of its own
+# a dip back between them goes unseen and a count swinging around max_spare looks like a
+# lasting excess.
+EXCESS_CHECK = 0.05
 # Pause after fork() fails for lack of resources before the loop tries again.
 SPAWN_BACKOFF = 1.0
 # Pause after accept() fails for lack of fds/memory in a child (see single.ACCEPT_BACKOFF).
@@ -508,6 +514,7 @@ class PreforkMode(LoopControl):
         self._in_child = False
         self._spawn_blocked_until = 0.0
         self._excess_since = None    # when more than max_spare idle children were first seen
+        self._excess_fewest = 0      # the fewest idle children above max_spare seen since then
         self._board = None           # the scoreboard (shared mmap) while serving
         self._child_board = None     # in a child: its ChildBoard
         self._overload = OverloadGuard(self)
@@ -570,9 +577,7 @@ class PreforkMode(LoopControl):
             while self.keep_going:
                 self._tend_pool(sock)
                 timeout = overload.tend(sock, selector)
-                if self._excess_since is not None:  # wake when the excess may be retired
-                    timeout = min(timeout, max(0.0, self._excess_since + RETIRE_DELAY
-                                               - time.monotonic()))
+                timeout = self._excess_timeout(timeout)
                 ready = selector.select(timeout)
                 reap = not ready  # the periodic tick reaps as a safety net
                 while ready:
@@ -636,10 +641,14 @@ class PreforkMode(LoopControl):
             self._excess_since = None
         elif self._excess_since is None:
             self._excess_since = time.monotonic()
-        elif time.monotonic() - self._excess_since >= RETIRE_DELAY:
-            self._excess_since = None
-            for pid in change.retire:
-                self.retire_child(pid)
+            self._excess_fewest = len(change.retire)
+        else:
+            # Only what stayed idle through the whole delay goes: the fewest extras seen.
+            self._excess_fewest = min(self._excess_fewest, len(change.retire))
+            if time.monotonic() - self._excess_since >= RETIRE_DELAY:
+                self._excess_since = None
+                for pid in change.retire[-self._excess_fewest:]:
+                    self.retire_child(pid)
         # No fork while an "overloaded" answer runs (OverloadGuard.answering): it ends within
         # OVERLOAD_ANSWER_SECONDS and wakes the loop.
         if change.spawn and time.monotonic() >= self._spawn_blocked_until \
@@ -648,6 +657,14 @@ class PreforkMode(LoopControl):
                 if not self.spawn_child(sock):
                     self._spawn_blocked_until = time.monotonic() + SPAWN_BACKOFF
                     break
+
+    def _excess_timeout(self, timeout):
+        """The loop's wait, shortened to EXCESS_CHECK while an excess of idle children waits
+        out RETIRE_DELAY (and to the moment it has lasted that long)."""
+        since = self._excess_since
+        if since is None:
+            return timeout
+        return min(timeout, EXCESS_CHECK, max(0.0, since + RETIRE_DELAY - time.monotonic()))
 
     def _read_status(self, child):
         """Take a child's pending reports; returns False when the child has gone."""

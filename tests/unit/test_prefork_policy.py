@@ -384,3 +384,45 @@ def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeyp
     now[0] += RETIRE_DELAY * 0.2
     mode._tend_pool(None)
     assert sorted(retired) == [3, 4, 5]  # the extras above maxSpare, highest pids
+
+
+def test_only_the_children_idle_through_the_whole_delay_retire(monkeypatch):
+    """An idle count swinging above maxSpare retires the fewest extras seen over the delay,
+    not the count of its last moment: children idle for only part of it were working."""
+    from flupfast.serving import prefork
+    from flupfast.serving.prefork import RETIRE_DELAY, ChildRecord, PreforkMode
+    now = [1000.0]
+    monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
+    mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=8)
+    retired = []
+    monkeypatch.setattr(mode, 'retire_child', retired.append)
+    monkeypatch.setattr(mode, 'spawn_child', lambda sock: pytest.fail('no spawn expected'))
+    mode.children = {pid: ChildRecord(pid, None) for pid in range(1, 8)}  # 7 idle: 5 extra
+
+    mode._tend_pool(None)
+    now[0] += RETIRE_DELAY / 2
+    for pid in (1, 2, 3, 4):  # busy a while: 3 idle, one above maxSpare
+        mode.children[pid].state = BUSY
+    mode._tend_pool(None)
+    for pid in (1, 2, 3, 4):
+        mode.children[pid].state = IDLE
+    now[0] += RETIRE_DELAY / 2
+    mode._tend_pool(None)
+    assert retired == [7]
+
+
+def test_the_parent_watches_the_scoreboard_while_an_excess_waits(monkeypatch):
+    """Children wake the parent only when the idle count crosses a bound; while an excess
+    waits out RETIRE_DELAY the parent looks every EXCESS_CHECK, so a dip back is seen."""
+    from flupfast.serving import prefork
+    from flupfast.serving.prefork import EXCESS_CHECK, RETIRE_DELAY, ChildRecord, PreforkMode
+    now = [1000.0]
+    monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
+    mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=6)
+    monkeypatch.setattr(mode, 'retire_child', lambda pid: None)
+    mode.children = {pid: ChildRecord(pid, None) for pid in range(1, 5)}
+    assert mode._excess_timeout(1.0) == 1.0  # no excess pending: the tick
+    mode._tend_pool(None)
+    assert mode._excess_timeout(1.0) == EXCESS_CHECK
+    now[0] += RETIRE_DELAY - EXCESS_CHECK / 2
+    assert mode._excess_timeout(1.0) == pytest.approx(EXCESS_CHECK / 2)
