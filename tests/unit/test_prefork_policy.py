@@ -352,19 +352,27 @@ def test_parent_reads_board_and_falls_back_to_status_bytes():
         mode._board.close()
 
 
+def _tended_pool(monkeypatch, children, max_children):
+    """A PreforkMode (min_spare 1, max_spare 2) with ``children`` idle children, a clock the
+    test moves (``now[0]``), retirements recorded and no spawn allowed: (mode, now, retired)."""
+    from flupfast.serving import prefork
+    from flupfast.serving.prefork import ChildRecord, PreforkMode
+    now = [1000.0]
+    monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
+    mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=max_children)
+    retired = []
+    monkeypatch.setattr(mode, 'retire_child', retired.append)
+    monkeypatch.setattr(mode, 'spawn_child', lambda sock: pytest.fail('no spawn expected'))
+    mode.children = {pid: ChildRecord(pid, None) for pid in range(1, children + 1)}
+    return mode, now, retired
+
+
 def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeypatch):
     """Under load the idle count swings past maxSpare between requests: the parent retires
     the extras only when the excess has lasted RETIRE_DELAY, not at the first sight of it
     (retiring at once and forking again a moment later churned the pool)."""
-    from flupfast.serving import prefork
-    from flupfast.serving.prefork import RETIRE_DELAY, ChildRecord, PreforkMode
-    now = [1000.0]
-    monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
-    mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=6)
-    retired = []
-    monkeypatch.setattr(mode, 'retire_child', retired.append)
-    monkeypatch.setattr(mode, 'spawn_child', lambda sock: pytest.fail('no spawn expected'))
-    mode.children = {pid: ChildRecord(pid, None) for pid in range(1, 6)}  # 5 idle, max 2
+    from flupfast.serving.prefork import RETIRE_DELAY
+    mode, now, retired = _tended_pool(monkeypatch, 5, max_children=6)  # 5 idle, max 2
 
     mode._tend_pool(None)  # the excess is first seen: nothing yet
     now[0] += RETIRE_DELAY / 2
@@ -389,15 +397,8 @@ def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeyp
 def test_only_the_children_idle_through_the_whole_delay_retire(monkeypatch):
     """An idle count swinging above maxSpare retires the fewest extras seen over the delay,
     not the count of its last moment: children idle for only part of it were working."""
-    from flupfast.serving import prefork
-    from flupfast.serving.prefork import RETIRE_DELAY, ChildRecord, PreforkMode
-    now = [1000.0]
-    monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
-    mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=8)
-    retired = []
-    monkeypatch.setattr(mode, 'retire_child', retired.append)
-    monkeypatch.setattr(mode, 'spawn_child', lambda sock: pytest.fail('no spawn expected'))
-    mode.children = {pid: ChildRecord(pid, None) for pid in range(1, 8)}  # 7 idle: 5 extra
+    from flupfast.serving.prefork import RETIRE_DELAY
+    mode, now, retired = _tended_pool(monkeypatch, 7, max_children=8)  # 7 idle: 5 extra
 
     mode._tend_pool(None)
     now[0] += RETIRE_DELAY / 2
@@ -414,13 +415,8 @@ def test_only_the_children_idle_through_the_whole_delay_retire(monkeypatch):
 def test_the_parent_watches_the_scoreboard_while_an_excess_waits(monkeypatch):
     """Children wake the parent only when the idle count crosses a bound; while an excess
     waits out RETIRE_DELAY the parent looks every EXCESS_CHECK, so a dip back is seen."""
-    from flupfast.serving import prefork
-    from flupfast.serving.prefork import EXCESS_CHECK, RETIRE_DELAY, ChildRecord, PreforkMode
-    now = [1000.0]
-    monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
-    mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=6)
-    monkeypatch.setattr(mode, 'retire_child', lambda pid: None)
-    mode.children = {pid: ChildRecord(pid, None) for pid in range(1, 5)}
+    from flupfast.serving.prefork import EXCESS_CHECK, RETIRE_DELAY
+    mode, now, _ = _tended_pool(monkeypatch, 4, max_children=6)
     assert mode._excess_timeout(1.0) == 1.0  # no excess pending: the tick
     mode._tend_pool(None)
     assert mode._excess_timeout(1.0) == EXCESS_CHECK
