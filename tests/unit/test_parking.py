@@ -94,7 +94,7 @@ def test_idle_kept_connections_hold_no_thread(served):
 
 def test_one_thread_serves_many_kept_connections(served):
     make, connect = served
-    mode = make(min_spare=1, max_spare=1, max_threads=1)
+    make(min_spare=1, max_spare=1, max_threads=1)
     socks = [connect() for _ in range(4)]
     for round_ in range(3):
         for sock in socks:  # each served, then parked: the next one gets the thread
