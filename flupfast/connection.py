@@ -60,10 +60,10 @@ class Connection:
     # web server's next request; True ends the connection instead (the mode is stopping, or
     # needs the thread for a queued connection). None: wait.
     idle_check = None
-    # Set by the threaded mode: called when a persistent connection goes idle with nothing
-    # buffered; True: run() returns with ``parked`` set and the socket open (the mode watches
-    # it and calls run() again once it is readable, maybe in another thread); False: the mode
-    # stops, the connection ends. None (single and fork modes): wait in recv.
+    # Set by the threaded mode on a connection that ``can_park``: called when it goes idle with
+    # nothing buffered; True: run() returns with ``parked`` set and the socket open (the mode
+    # watches it and calls run() again once it is readable, maybe in another thread); False:
+    # the mode stops, the connection ends. None (single and fork modes): wait in recv.
     park = None
     parked = False
     # Whether run() may return parked: only a non-multiplexed FastCGI connection does. The
@@ -643,8 +643,7 @@ class FastCGIConnection(Connection):
                 # not idle: its first request is on the way.
                 self.idle = self.served > 0 and not self._requests and not ready
                 ready = False
-                if self.idle and self.park is not None and not self.multiplexed \
-                        and not self._parser.pending:
+                if self.idle and self.park is not None and not self._parser.pending:
                     # Wait without a thread (nothing is buffered, so readiness is enough).
                     self.idle = False
                     if self.park() and not server_stopping(self.server):

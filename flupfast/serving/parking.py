@@ -69,9 +69,9 @@ class ParkedSet:
 
     ``park(tracked)`` adds a job whose ``run()`` returned parked (its ``client`` socket open,
     nothing buffered); ``take_ready()`` gives a worker that just ended a request the next ready
-    one, if any, after a short wait at most; ``enter()``/``leave()`` bracket a worker's run of jobs. When
-    no worker runs, or they leave a ready connection for a whole check, the waiter thread hands
-    it to ``hand_off(tracked)`` (the mode queues it in the pool).
+    one, if any, after a short wait at most; ``enter()``/``leave()`` bracket a worker's run of
+    jobs. When no worker runs, or they leave a ready connection for a whole check, the waiter
+    thread hands it to ``hand_off(tracked)`` (the mode queues it in the pool).
     """
 
     def __init__(self, hand_off):
@@ -142,14 +142,12 @@ class ParkedSet:
         try:
             if not self.open:
                 raise ValueError("closed")
-            if tracked.registered:
-                self._arm(fd, again=True)
-            else:
-                # Marked before the call: epoll_ctl releases the GIL, and once the connection
-                # is armed another thread may take it, serve its next request and park it
-                # again before this one runs (it must then re-arm, not register a second time).
-                tracked.registered = True
-                self._arm(fd, again=False)
+            # Marked before the call: epoll_ctl releases the GIL, and once the connection is
+            # armed another thread may take it, serve its next request and park it again
+            # before this one runs (it must then re-arm, not register a second time).
+            again = tracked.registered
+            tracked.registered = True
+            self._arm(fd, again)
         except (OSError, ValueError) as exc:
             self._parked.pop(fd, None)
             if self.open and isinstance(exc, OSError):

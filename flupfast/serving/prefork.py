@@ -28,9 +28,8 @@ from flupfast.serving.signals import LoopControl
 
 __all__ = [
     "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "EXCESS_CHECK", "PARENT_TICK",
-    "RETIRE_DELAY",
-    "DRAIN_GRACE",
-    "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL", "ChildBoard", "ChildDrain", "ChildRecord",
+    "RETIRE_DELAY", "DRAIN_GRACE", "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL",
+    "ChildBoard", "ChildDrain", "ChildRecord",
     "OverloadGuard", "PoolChange", "PoolLimits", "PreforkMode",
     "decide_pool_change", "notify_parent", "serve_child",
 ]
