@@ -1,4 +1,6 @@
 """gateway: flup's environ rules and start_response checks, without any protocol."""
+import sys
+
 import pytest
 
 from flupfast import gateway
@@ -69,6 +71,62 @@ def test_content_length_only_for_one_item_results():
         yield b'abc'
     assert run(one) == [('head', b'200 OK', [(b'Content-Length', b'3')], b'abc', True)]
     assert run(gen) == [('head', b'200 OK', [], b'abc', False)]
+
+
+def test_content_length_is_not_computed_for_a_list_of_two_items():
+    # flup adds Content-Length only when len(result) == 1 (fcgi_base.py:1121): a length from
+    # the first item alone would announce 3 bytes of a 6-byte body (truncated behind nginx).
+    def two(environ, start_response):
+        start_response('200 OK', [])
+        return [b'abc', b'def']
+
+    def two_tuple(environ, start_response):
+        start_response('200 OK', [])
+        return (b'abc', b'def')
+    for app in (two, two_tuple):
+        assert run(app) == [('head', b'200 OK', [], b'abc', True), ('body', b'def', True)]
+
+
+@pytest.mark.parametrize('name', ['content-length', 'Content-Length', 'CONTENT-LENGTH'])
+def test_apps_content_length_in_any_case_is_kept_and_not_added_twice(name):
+    def app(environ, start_response):
+        start_response('200 OK', [(name, '3')])
+        return [b'abc']
+    assert run(app) == [('head', b'200 OK', [(name.encode(), b'3')], b'abc', True)]
+
+
+@pytest.mark.parametrize('https, scheme', [
+    ('on', 'https'), ('1', 'https'), ('off', 'http'), ('ON', 'http'), ('0', 'http'),
+    ('', 'http'), (None, 'http'),
+])
+def test_url_scheme_follows_https_as_flup_compares_it(https, scheme):
+    # flup: environ.get('HTTPS', 'off') in ('on', '1') (fcgi_base.py:1107), case-sensitive.
+    environ = {} if https is None else {'HTTPS': https}
+    gateway.build_environ(environ, None, None, None, True, False, False)
+    assert environ['wsgi.url_scheme'] == scheme
+
+
+def test_exc_info_before_any_output_replaces_the_status_and_headers():
+    # PEP 3333: start_response may be called again with exc_info while nothing was sent
+    # (the app caught an error after its first start_response): no "Headers already set!".
+    def app(environ, start_response):
+        start_response('200 OK', [('X-First', 'yes')])
+        try:
+            raise ValueError('late')
+        except ValueError:
+            start_response('500 Oops', [('X-Second', 'yes')], sys.exc_info())
+        return [b'sorry']
+    assert run(app) == [('head', b'500 Oops', [(b'X-Second', b'yes'), (b'Content-Length', b'5')],
+                         b'sorry', True)]
+
+
+def test_second_start_response_without_exc_info_is_refused():
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        start_response('500 Oops', [])
+        return []
+    with pytest.raises(AssertionError, match='Headers already set!'):
+        run(app)
 
 
 def test_exc_info_after_headers_reraises_original():
