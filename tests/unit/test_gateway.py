@@ -182,3 +182,233 @@ def test_debug_page_names_the_exception():
         page = gateway.error_page(True, sys.exc_info())
     assert b'ValueError' in page and b'&lt;b&gt;bad' in page and b'<b>bad' not in page
     assert gateway.error_page(False) == gateway.ERROR_BODY
+
+
+# -- Exact behaviour, one test per rule (what the mutation run found unchecked) ---------------
+
+FULL = {'REQUEST_METHOD': 'POST', 'SERVER_NAME': 'h', 'SERVER_PORT': '8080',
+        'SERVER_PROTOCOL': 'HTTP/1.1'}
+DEFAULTS = {'REQUEST_METHOD': 'GET', 'SERVER_NAME': 'localhost', 'SERVER_PORT': '80',
+            'SERVER_PROTOCOL': 'HTTP/1.0'}
+
+
+@pytest.mark.parametrize('path_info', ['/given', None])
+@pytest.mark.parametrize('missing', sorted(DEFAULTS))
+def test_sanitize_each_missing_variable_gets_flups_default_and_warning(missing, path_info):
+    errors = Errors()
+    environ = dict(FULL, QUERY_STRING='', REQUEST_URI='/other?q=1', **{'wsgi.errors': errors})
+    if path_info is not None:
+        environ['PATH_INFO'] = path_info
+    del environ[missing]
+    gateway.sanitize_cgi_environ(environ, 'Srv')
+    assert environ[missing] == DEFAULTS[missing]
+    assert errors.text == 'Srv: missing FastCGI param %s required by WSGI!\n' % missing
+    # PATH_INFO given is kept; absent, it comes from REQUEST_URI. The query fills in either way.
+    assert environ['PATH_INFO'] == (path_info or '/other')
+    assert environ['QUERY_STRING'] == 'q=1' and environ['SCRIPT_NAME'] == ''
+
+
+@pytest.mark.parametrize('query, uri, expected', [
+    ('', '/p?q=1', 'q=1'), ('a=b', '/p?q=1', 'a=b'), ('', '/p', ''), ('', None, ''),
+    (None, '/p?q=1', 'q=1'), (None, '/p', ''), (None, None, ''),
+])
+def test_sanitize_query_string_comes_from_request_uri_only_when_empty(query, uri, expected):
+    # With every variable present (what nginx and Apache send) and with QUERY_STRING absent.
+    errors = Errors()
+    environ = dict(FULL, PATH_INFO='/p', **{'wsgi.errors': errors})
+    if query is not None:
+        environ['QUERY_STRING'] = query
+    if uri is not None:
+        environ['REQUEST_URI'] = uri
+    gateway.sanitize_cgi_environ(environ, 'S')
+    assert environ['QUERY_STRING'] == expected
+    assert environ['PATH_INFO'] == '/p' and errors.text == ''
+    assert {k: environ[k] for k in FULL} == FULL
+
+
+def test_sanitize_without_path_info_or_request_uri_gives_empty_path_info():
+    environ = dict(FULL, **{'wsgi.errors': Errors()})
+    gateway.sanitize_cgi_environ(environ, 'S')
+    assert (environ['PATH_INFO'], environ['QUERY_STRING'], environ['SCRIPT_NAME']) == ('', '', '')
+
+
+def test_sanitize_keeps_script_name_and_derives_path_info_after_it():
+    environ = dict(FULL, SCRIPT_NAME='/app', REQUEST_URI='/app/a%20b?x', QUERY_STRING='',
+                   **{'wsgi.errors': Errors()})
+    gateway.sanitize_cgi_environ(environ, 'S')
+    assert (environ['SCRIPT_NAME'], environ['PATH_INFO'], environ['QUERY_STRING']) == \
+        ('/app', '/a%20b', 'x')
+
+
+def test_derive_path_info_decodes_as_latin1():
+    assert gateway.derive_path_info('/a%E9/b%C3%A9', '/a\xe9') == '/b\xc3\xa9'
+
+
+@pytest.fixture
+def no_status_cache(monkeypatch):
+    """Statuses already seen skip their checks: start each test with none seen."""
+    monkeypatch.setattr(gateway, '_checked_statuses', {})
+    return gateway._checked_statuses
+
+
+@pytest.mark.parametrize('status, message', [
+    ('200', 'Status must be at least 4 characters'), (b'20 ', 'Status must be at least 4 characters'),
+    ('abc OK', 'Status must begin with 3-digit code'), ('000 Zero', 'Status must begin with 3-digit code'),
+    ('200OK', 'Status must have a space after code'), ('200!OK', 'Status must have a space after code'),
+    (b'2000 OK', 'Status must have a space after code'), (200, 'Status must be a string'),
+    (bytearray(b'200 OK'), 'Status must be a string'),
+])
+def test_status_checks_and_their_exact_messages(no_status_cache, status, message):
+    with pytest.raises(AssertionError) as info:
+        gateway._check_status(status)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize('status, expected', [
+    ('200 ', b'200 '), ('200 OK', b'200 OK'), (b'404 Not Found', b'404 Not Found'),
+    ('599 \xe9', b'599 \xe9'), ('001 Low', b'001 Low'),
+])
+def test_valid_statuses_come_back_as_latin1_bytes(no_status_cache, status, expected):
+    assert gateway._check_status(status) == expected
+
+
+def test_str_statuses_are_cached_and_the_cache_is_bounded(no_status_cache):
+    gateway._check_status('299 Cached')
+    gateway._check_status(b'298 Bytes')
+    assert no_status_cache == {'299 Cached': b'299 Cached'}
+    for code in range(100, 100 + 2 * gateway._CHECKED_STATUSES_MAX):
+        gateway._check_status('%d X' % code)
+    assert len(no_status_cache) == gateway._CHECKED_STATUSES_MAX
+    # A cached status skips the checks: start_response uses the cached bytes.
+    no_status_cache['299 Cached'] = b'299 From the cache'
+
+    def app(environ, start_response):
+        start_response('299 Cached', [])
+        return [b'']
+    assert run(app)[0][1] == b'299 From the cache'
+
+
+def test_write_sends_at_once_and_accepts_str_as_latin1():
+    def app(environ, start_response):
+        write = start_response('200 OK', [('X-\xe9', '\xe9')])
+        write(b'a')
+        write('\xe9')
+        return []
+    assert run(app) == [('head', b'200 OK', [(b'X-\xe9', b'\xe9')], b'a', False),
+                        ('body', b'\xe9', False)]
+
+
+@pytest.mark.parametrize('data', [bytearray(b'x'), memoryview(b'x'), 1])
+def test_write_refuses_what_is_not_bytes_or_str(data):
+    def app(environ, start_response):
+        start_response('200 OK', [])(data)
+        return []
+    with pytest.raises(AssertionError, match='^write\\(\\) argument must be bytes$'):
+        run(app)
+
+
+def test_write_before_start_response_is_refused():
+    response = gateway.Response(Recorder())
+    with pytest.raises(AssertionError, match=r'^write\(\) before start_response\(\)$'):
+        response.write(b'x')
+    with pytest.raises(AssertionError, match=r'^write\(\) before start_response\(\)$'):
+        response.send_file(object())
+
+
+class FileResponder(Recorder):
+    def __init__(self, accept=True):
+        super().__init__()
+        self.accept = accept
+
+    def can_send_file(self, filelike):
+        return self.accept
+
+    def send_file(self, filelike):
+        self.calls.append(('file', filelike.read()))
+
+
+def test_send_file_sends_the_headers_once_then_the_file():
+    import io
+    responder = FileResponder()
+    response = gateway.Response(responder)
+    response.start_response('200 OK', [('A', 'b')])
+    assert response.send_file(io.BytesIO(b'one')) is True
+    assert response.headers_sent is True
+    assert response.send_file(io.BytesIO(b'two')) is True
+    assert responder.calls == [('head', b'200 OK', [(b'A', b'b')], b'', False),
+                               ('file', b'one'), ('file', b'two')]
+
+
+def test_send_file_declined_sends_nothing():
+    import io
+    responder = FileResponder(accept=False)
+    response = gateway.Response(responder)
+    response.start_response('200 OK', [])
+    assert response.send_file(io.BytesIO(b'one')) is False
+    assert responder.calls == [] and response.headers_sent is False
+
+
+def test_file_wrapper_reads_in_its_block_size_and_closes_the_file():
+    import io
+
+    class File(io.BytesIO):
+        sizes = []
+
+        def read(self, size=-1):
+            self.sizes.append(size)
+            return super().read(size)
+    f = File(b'abcdefg')
+    wrapper = gateway.FileWrapper(f, 3)
+    assert list(wrapper) == [b'abc', b'def', b'g']
+    assert File.sizes == [3, 3, 3, 3]
+    wrapper.close()
+    assert f.closed
+    assert list(gateway.FileWrapper(io.BytesIO(b'x' * 9000))) == [b'x' * 8192, b'x' * 808]
+
+    class NoClose:
+        def read(self, size):
+            return b''
+    assert not hasattr(gateway.FileWrapper(NoClose()), 'close')
+
+
+def test_file_wrapper_result_goes_through_send_file():
+    import io
+    responder = FileResponder()
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return gateway.FileWrapper(io.BytesIO(b'payload'))
+    assert gateway.run_application(app, {}, responder) is True
+    assert responder.calls == [('head', b'200 OK', [], b'', False), ('file', b'payload')]
+
+
+def test_debug_page_inside_except_uses_the_current_exception():
+    try:
+        raise KeyError('current')
+    except KeyError:
+        page = gateway.error_page(True)
+    assert b'KeyError' in page and b'current' in page
+
+
+def test_debug_page_shows_each_frame_its_source_and_its_locals():
+    class BadRepr:
+        def __repr__(self):
+            raise RuntimeError('no repr')
+
+    def inner(long_local, bad):
+        raise ValueError('<x> & y')
+    try:
+        inner('L' * 600, BadRepr())
+    except ValueError:
+        page = gateway.render_traceback_html(sys.exc_info()).decode('latin-1')
+    assert page.startswith('<!DOCTYPE html>\n<html><head><title>ValueError: &lt;x&gt; &amp; y'
+                           '</title></head><body>\n<h1>ValueError: &lt;x&gt; &amp; y</h1>\n'
+                           '<p>Python %s</p>\n' % sys.version.split()[0])
+    assert '<h3>%s, line ' % __file__ in page and ', in inner</h3>\n' in page
+    assert "<pre>raise ValueError(&#x27;&lt;x&gt; &amp; y&#x27;)</pre>\n" in page
+    assert '<tr><td>long_local</td><td><code>&#x27;%s...</code></td></tr>\n' % ('L' * 499) in page
+    assert '<tr><td>bad</td><td><code>&lt;unrepresentable: RuntimeError&gt;</code></td></tr>\n' \
+        in page
+    assert '<table>\n' in page and '</table>\n' in page
+    assert page.endswith('</pre>\n</body></html>\n')
+    assert '<pre>Traceback (most recent call last):\n' in page
