@@ -391,24 +391,147 @@ def test_debug_page_inside_except_uses_the_current_exception():
 
 
 def test_debug_page_shows_each_frame_its_source_and_its_locals():
+    import html
+    import traceback
+
     class BadRepr:
         def __repr__(self):
             raise RuntimeError('no repr')
 
-    def inner(long_local, bad):
+    def inner(long_local, bad, exact):
         raise ValueError('<x> & y')
     try:
-        inner('L' * 600, BadRepr())
+        inner('L' * 600, BadRepr(), 'M' * 498)  # reprs of 602 and 500 characters
     except ValueError:
-        page = gateway.render_traceback_html(sys.exc_info()).decode('latin-1')
-    assert page.startswith('<!DOCTYPE html>\n<html><head><title>ValueError: &lt;x&gt; &amp; y'
-                           '</title></head><body>\n<h1>ValueError: &lt;x&gt; &amp; y</h1>\n'
-                           '<p>Python %s</p>\n' % sys.version.split()[0])
-    assert '<h3>%s, line ' % __file__ in page and ', in inner</h3>\n' in page
-    assert "<pre>raise ValueError(&#x27;&lt;x&gt; &amp; y&#x27;)</pre>\n" in page
-    assert '<tr><td>long_local</td><td><code>&#x27;%s...</code></td></tr>\n' % ('L' * 499) in page
-    assert '<tr><td>bad</td><td><code>&lt;unrepresentable: RuntimeError&gt;</code></td></tr>\n' \
-        in page
-    assert '<table>\n' in page and '</table>\n' in page
-    assert page.endswith('</pre>\n</body></html>\n')
-    assert '<pre>Traceback (most recent call last):\n' in page
+        info = sys.exc_info()
+    page = gateway.render_traceback_html(info).decode('latin-1')
+    title = 'ValueError: &lt;x&gt; &amp; y'
+    assert page.startswith('<!DOCTYPE html>\n<html><head><title>%s</title></head><body>\n'
+                           '<h1>%s</h1>\n<p>Python %s</p>\n<h3>'
+                           % (title, title, sys.version.split()[0]))
+    lineno = [line for frame, line in traceback.walk_tb(info[2])
+              if frame.f_code.co_name == 'inner'][0]
+    block = ('<h3>%s, line %d, in inner</h3>\n'
+             "<pre>raise ValueError(&#x27;&lt;x&gt; &amp; y&#x27;)</pre>\n"
+             '<table>\n'
+             '<tr><td>bad</td><td><code>&lt;unrepresentable: RuntimeError&gt;</code></td></tr>\n'
+             '<tr><td>exact</td><td><code>&#x27;%s&#x27;</code></td></tr>\n'
+             '<tr><td>long_local</td><td><code>&#x27;%s...</code></td></tr>\n'
+             '</table>\n' % (__file__, lineno, 'M' * 498, 'L' * 499))
+    assert block in page
+    assert page.endswith('</table>\n<pre>%s</pre>\n</body></html>\n'
+                         % html.escape(''.join(traceback.format_exception(*info))))
+
+
+def test_build_environ_sets_every_wsgi_key_and_overrides_win():
+    stdin, stderr = object(), object()
+    environ = {'HTTPS': 'on', 'A': 'request'}
+    gateway.build_environ(environ, {'A': 'override', 'B': 'added'}, stdin, stderr,
+                          True, False, True)
+    assert environ == {'HTTPS': 'on', 'A': 'override', 'B': 'added', 'wsgi.version': (1, 0),
+                       'wsgi.input': stdin, 'wsgi.errors': stderr, 'wsgi.multithread': True,
+                       'wsgi.multiprocess': False, 'wsgi.run_once': True,
+                       'wsgi.url_scheme': 'https'}
+    environ = {}
+    gateway.build_environ(environ, None, stdin, stderr, False, True, False)
+    assert (environ['wsgi.multithread'], environ['wsgi.multiprocess'],
+            environ['wsgi.run_once'], environ['wsgi.url_scheme']) == (False, True, False, 'http')
+
+
+def test_request_uri_splits_at_its_first_question_mark():
+    assert gateway.split_request_uri({'REQUEST_URI': '/a?b?c'}) == ['/a', 'b?c']
+    assert gateway.split_request_uri({'REQUEST_URI': '/a'}) == ['/a']
+    assert gateway.split_request_uri({}) is None
+
+
+def test_exc_info_reraise_keeps_the_original_traceback():
+    import traceback
+
+    def raiser():
+        raise LookupError('deep')
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        yield b'x'
+        try:
+            raiser()
+        except LookupError:
+            start_response('500 Oops', [], sys.exc_info())
+    with pytest.raises(LookupError) as info:
+        run(app)
+    assert 'raiser' in [frame.f_code.co_name for frame, _ in traceback.walk_tb(info.tb)]
+
+
+def test_second_start_response_message_is_flups():
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        start_response('200 OK', [])
+    with pytest.raises(AssertionError) as info:
+        run(app)
+    assert str(info.value) == 'Headers already set!'
+
+
+@pytest.mark.parametrize('headers, message', [
+    ([(1, 'x')], 'Header name "1" must be bytes'),
+    ([(bytearray(b'N'), 'x')], 'Header name "bytearray(b\'N\')" must be bytes'),
+    ([('X', 1)], 'Value of header "b\'X\'" must be bytes'),
+    ([(b'X', None)], 'Value of header "b\'X\'" must be bytes'),
+])
+def test_header_types_are_checked_with_flups_messages(headers, message):
+    def app(environ, start_response):
+        start_response('200 OK', headers)
+        return []
+    with pytest.raises(AssertionError) as info:
+        run(app)
+    assert str(info.value) == message
+
+
+def test_bytes_and_str_headers_become_latin1_bytes():
+    def app(environ, start_response):
+        start_response('200 OK', [(b'B', b'v'), ('S', '\xe9'), (b'M', '\xff'), ('N', b'w')])
+        return [b'ab']
+    assert run(app)[0][2] == [(b'B', b'v'), (b'S', b'\xe9'), (b'M', b'\xff'), (b'N', b'w'),
+                              (b'Content-Length', b'2')]
+
+
+@pytest.mark.parametrize('result, calls', [
+    ([], [('head', b'200 OK', [], b'', True)]),
+    ([b''], [('head', b'200 OK', [(b'Content-Length', b'0')], b'', True)]),
+    ((b'one',), [('head', b'200 OK', [(b'Content-Length', b'3')], b'one', True)]),
+    (iter([]), [('head', b'200 OK', [], b'', False)]),
+    (iter([b'', b'a', b'', b'b']), [('head', b'200 OK', [], b'a', False), ('body', b'b', False)]),
+])
+def test_result_shapes_and_what_goes_on_the_wire(result, calls):
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return result
+    recorder = Recorder()
+    assert gateway.run_application(app, {}, recorder) is True
+    assert recorder.calls == calls
+
+
+def test_one_item_object_with_len_gets_a_content_length():
+    class One:
+        def __len__(self):
+            return 1
+
+        def __iter__(self):
+            return iter([b'xyz'])
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return One()
+    assert run(app) == [('head', b'200 OK', [(b'Content-Length', b'3')], b'xyz', False)]
+
+
+def test_app_lock_is_held_around_the_app_and_released_after_an_error():
+    import threading
+    lock = threading.Lock()
+    seen = []
+
+    def app(environ, start_response):
+        seen.append(lock.locked())
+        raise ValueError('x')
+    with pytest.raises(ValueError):
+        gateway.run_application(app, {}, Recorder(), lock)
+    assert seen == [True] and not lock.locked()
