@@ -301,16 +301,16 @@ def test_spool_accounts_memory_and_drops_what_comes_after_close():
     spool = Spool(memory_limit=10)
     spool.push(b'')
     assert spool.memory_used == 0
-    spool.push(b'abcd')
+    spool.push(b'abc')
     spool.push(bytearray(b'efgh'))
-    assert spool.memory_used == 8
-    assert spool.pull() == b'abcd' and spool.memory_used == 4
-    spool.push(b'ij')  # exactly at the limit: still in memory
-    assert spool.memory_used == 6 and spool._file is None
-    spool.push(b'klmno')  # past it: this and what follows go to the file
-    assert spool._file is not None and spool.memory_used == 6
+    assert spool.memory_used == 7
+    assert spool.pull() == b'abc' and spool.memory_used == 4
+    spool.push(b'ijklmn')  # exactly at the limit: still in memory
+    assert spool.memory_used == 10 and spool._file is None
+    spool.push(b'o')  # past it: this and what follows go to the file
+    assert spool._file is not None and spool.memory_used == 10
     spool.end()
-    assert [spool.pull() for _ in range(4)] == [b'efgh', b'ij', b'klmno', b'']
+    assert [spool.pull() for _ in range(4)] == [b'efgh', b'ijklmn', b'o', b'']
     spool.close()
     assert spool.memory_used == 0 and spool._file is None
     spool.push(b'late')
@@ -359,5 +359,50 @@ def test_spool_directory_is_private_per_process_and_remade_when_gone():
     assert os.path.isdir(path)
     body._remove_spool_dir(os.getpid(), path)
     assert not os.path.exists(path)
+    body._remove_spool_dir(os.getpid(), path)  # already gone: at exit, nothing to complain of
     again = body.spool_directory()
     assert again != path and os.path.isdir(again)
+
+
+def test_spool_pull_waits_for_more_once_the_file_is_read_up():
+    import threading
+    spool = Spool(memory_limit=0)
+    spool.push(b'first')
+    assert spool.pull() == b'first'
+    # Everything in the file is read and the body has not ended: the next pull waits.
+    timer = threading.Timer(0.05, spool.push, args=(b'second',))
+    timer.start()
+    assert spool.pull() == b'second'
+    timer.join()
+    spool.end()
+    assert spool.pull() == b''
+    spool.close()
+
+
+def test_spool_file_lives_unnamed_in_the_private_directory():
+    import os
+    from flupfast import body
+    spool = Spool(memory_limit=0)
+    spool.push(b'x')
+    where = os.readlink('/proc/self/fd/%d' % spool._file.fileno())
+    assert where.startswith(body.spool_directory() + '/') and where.endswith('(deleted)') \
+        or os.path.dirname(where) == body.spool_directory()
+    spool.close()
+
+
+def test_spool_directory_is_remade_in_a_forked_child(monkeypatch):
+    import os
+    from flupfast import body
+    registered = []
+    monkeypatch.setattr(body.atexit, 'register', lambda *args: registered.append(args))
+    monkeypatch.setattr(body, '_spool_dir', None)
+    mine = body.spool_directory()
+    assert os.path.basename(mine).startswith('flupfast-spool-')
+    assert registered == [(body._remove_spool_dir, os.getpid(), mine)]
+    pid = os.getpid()
+    monkeypatch.setattr(body.os, 'getpid', lambda: pid + 1)  # as in a forked child
+    child = body.spool_directory()
+    assert child != mine and os.path.isdir(child) and body.spool_directory() == child
+    assert registered[1] == (body._remove_spool_dir, pid + 1, child)
+    for path in (mine, child):
+        os.rmdir(path)
