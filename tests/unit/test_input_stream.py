@@ -406,3 +406,39 @@ def test_spool_directory_is_remade_in_a_forked_child(monkeypatch):
     assert registered[1] == (body._remove_spool_dir, pid + 1, child)
     for path in (mine, child):
         os.rmdir(path)
+
+
+@pytest.mark.parametrize('method', ['read', 'read_n', 'readline', 'readline_n'])
+def test_a_pull_failing_at_once_keeps_the_unread_rest_once(backend, method):
+    script = [b'ab', ClientDisconnected('gone'), b'cd', b'']
+
+    def pull():
+        item = script.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+    stream = backend.InputStream(pull)
+    assert stream.read(1) == b'a'
+    call = {'read': lambda: stream.read(), 'read_n': lambda: stream.read(10),
+            'readline': lambda: stream.readline(), 'readline_n': lambda: stream.readline(10)}
+    with pytest.raises(ClientDisconnected):
+        call[method]()
+    assert call[method]() == b'bcd'
+
+
+@pytest.mark.parametrize('size', [-1, 1, 2, 5])
+def test_kept_bytes_that_start_with_a_newline_give_an_empty_line(backend, size):
+    # After a failed pull the gathered bytes are unread from their first byte: a newline
+    # there ends the next line at once.
+    script = [b'\nab', ClientDisconnected('gone'), b'\ncd', b'']
+
+    def pull():
+        item = script.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+    stream = backend.InputStream(pull)
+    with pytest.raises(ClientDisconnected):
+        stream.read(10)
+    assert stream.readline(size) == b'\n'
+    assert stream.read() == b'ab\ncd'
