@@ -495,16 +495,17 @@ def test_bytes_and_str_headers_become_latin1_bytes():
 
 
 @pytest.mark.parametrize('result, calls', [
-    ([], [('head', b'200 OK', [], b'', True)]),
-    ([b''], [('head', b'200 OK', [(b'Content-Length', b'0')], b'', True)]),
-    ((b'one',), [('head', b'200 OK', [(b'Content-Length', b'3')], b'one', True)]),
-    (iter([]), [('head', b'200 OK', [], b'', False)]),
-    (iter([b'', b'a', b'', b'b']), [('head', b'200 OK', [], b'a', False), ('body', b'b', False)]),
-])
+    (lambda: [], [('head', b'200 OK', [], b'', True)]),
+    (lambda: [b''], [('head', b'200 OK', [(b'Content-Length', b'0')], b'', True)]),
+    (lambda: (b'one',), [('head', b'200 OK', [(b'Content-Length', b'3')], b'one', True)]),
+    (lambda: iter([]), [('head', b'200 OK', [], b'', False)]),
+    (lambda: iter([b'', b'a', b'', b'b']),
+     [('head', b'200 OK', [], b'a', False), ('body', b'b', False)]),
+], ids=['empty-list', 'one-empty-item', 'one-item-tuple', 'empty-iterator', 'iterator'])
 def test_result_shapes_and_what_goes_on_the_wire(result, calls):
     def app(environ, start_response):
         start_response('200 OK', [])
-        return result
+        return result()
     recorder = Recorder()
     assert gateway.run_application(app, {}, recorder) is True
     assert recorder.calls == calls
