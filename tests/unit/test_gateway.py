@@ -398,10 +398,10 @@ def test_debug_page_shows_each_frame_its_source_and_its_locals():
         def __repr__(self):
             raise RuntimeError('no repr')
 
-    def inner(long_local, bad, exact):
+    def inner(long_local, bad, exact, just_over):
         raise ValueError('<x> & y')
     try:
-        inner('L' * 600, BadRepr(), 'M' * 498)  # reprs of 602 and 500 characters
+        inner('L' * 600, BadRepr(), 'M' * 498, 'N' * 499)  # reprs of 602, 500, 501 characters
     except ValueError:
         info = sys.exc_info()
     page = gateway.render_traceback_html(info).decode('latin-1')
@@ -416,8 +416,9 @@ def test_debug_page_shows_each_frame_its_source_and_its_locals():
              '<table>\n'
              '<tr><td>bad</td><td><code>&lt;unrepresentable: RuntimeError&gt;</code></td></tr>\n'
              '<tr><td>exact</td><td><code>&#x27;%s&#x27;</code></td></tr>\n'
+             '<tr><td>just_over</td><td><code>&#x27;%s...</code></td></tr>\n'
              '<tr><td>long_local</td><td><code>&#x27;%s...</code></td></tr>\n'
-             '</table>\n' % (__file__, lineno, 'M' * 498, 'L' * 499))
+             '</table>\n' % (__file__, lineno, 'M' * 498, 'N' * 499, 'L' * 499))
     assert block in page
     assert page.endswith('</table>\n<pre>%s</pre>\n</body></html>\n'
                          % html.escape(''.join(traceback.format_exception(*info))))

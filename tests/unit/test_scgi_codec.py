@@ -137,6 +137,25 @@ def test_the_netstring_completes_at_its_comma_and_not_one_byte_before(backend):
         assert 'not terminated' in errors(backend, wire[:-1] + b';' + body)
 
 
+@pytest.mark.parametrize('data, message', [
+    (b'01', "invalid netstring length b'01': leading zero"),
+    (b'9999999:', 'SCGI header block of 9999999 bytes exceeds the 1048576-byte cap'),
+    (b'3:abc;', 'netstring not terminated by ","'),
+    (netstring(block([('CONTENT_LENGTH', '0'), ('SCGI', '2')])), "unsupported SCGI version '2'"),
+    (netstring(block([('CONTENT_LENGTH', '1' * 20), ('SCGI', '1')])),
+     'CONTENT_LENGTH of 20 digits is too large'),
+])
+def test_error_messages_in_full(backend, data, message):
+    assert errors(backend, data) == message
+
+
+def test_pair_count_error_message_in_full(backend):
+    wire = netstring(block([('CONTENT_LENGTH', '0'), ('SCGI', '1'), ('A', '')]))
+    with pytest.raises(SCGIError) as info:
+        backend.decode_scgi_request(wire, max_pairs=2)
+    assert str(info.value) == 'more than 2 headers'
+
+
 def test_pair_count_cap_at_the_cap_and_one_past(backend):
     from flupfast.limits import MAX_PARAMS_PAIRS
     pairs = [('CONTENT_LENGTH', '0'), ('SCGI', '1')]
