@@ -537,3 +537,11 @@ def test_app_lock_is_held_around_the_app_and_released_after_an_error():
     with pytest.raises(ValueError):
         gateway.run_application(app, {}, Recorder(), lock)
     assert seen == [True] and not lock.locked()
+
+
+@pytest.mark.parametrize('headers', [(), None, {'A': 'b'}])
+def test_headers_must_be_a_list_message_in_full(headers):
+    response = gateway.Response(Recorder())
+    with pytest.raises(AssertionError) as info:
+        response.start_response('200 OK', headers)
+    assert str(info.value) == 'Headers must be a list'
