@@ -56,7 +56,7 @@ class Config:
         self.transfer_timeout = 60.0
         self.flup_full_download_timeout = args.flup_full_timeout
         self.modes = args.modes.split(",")
-        # SCGI and AJP rows (bench/protocols.py)
+        # SCGI and AJP rows (bench/scenarios/scgi.py, ajp.py)
         self.proto_levels = args.log_levels.split(",") if args.log_levels else ["INFO"]
         self.proto_duration = args.duration or (1.0 if quick else 3.0)
         # flup's AJP upload costs ~40 ms per body packet (Nagle): measured at these sizes
@@ -65,7 +65,7 @@ class Config:
         self.flup_apache_upload_mib = 2 if quick else 20
         self.flup_ajp_timeout = 30.0 if quick else 150.0
         self.flup_ajp_syscall_requests = 50 if quick else 200
-        # behind real fronts (bench/fronts.py)
+        # behind real fronts (bench/scenarios/behind_fronts.py)
         self.front_rounds = args.rounds or (1 if quick else 3)
         self.front_duration = args.duration or (1.0 if quick else 2.0)
         self.front_app_duration = 1.0 if quick else 2.0
@@ -76,7 +76,7 @@ class Config:
         self.front_transfer_timeout = 20.0 if quick else 60.0
         # flup's quadratic FastCGI download and Nagle-bound AJP upload, measured smaller
         self.front_flup_slow_size = (2 if quick else 10) * MIB
-        # instruction counts (bench/callgrind.py)
+        # instruction counts (bench/scenarios/instructions.py)
         self.callgrind_n = args.callgrind_n or (300 if quick else 500)
         self.callgrind_protocols = ("fcgi",) if quick else ("fcgi", "scgi", "ajp")
 
