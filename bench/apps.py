@@ -38,7 +38,7 @@ _BLOCK = []
 
 def block():
     """BLOCK, built on first use (a hello server does not pay for it: under callgrind,
-    bench/callgrind.py, it was 40% of the start-up's instructions)."""
+    bench/drivers/callgrind.py, it was 40% of the start-up's instructions)."""
     if not _BLOCK:
         _BLOCK.append(_block())
     return _BLOCK[0]

@@ -1,0 +1,7 @@
+"""The scenarios: what is asked of the servers, how often, through what, and what counts as a
+right answer. hello.py, transfers.py (upload, download), syscalls.py: the direct
+measurements; fastcgi.py, scgi.py, ajp.py: the direct parts per protocol; behind_fronts.py:
+hello, sleep, cpu, upload and download through nginx and Apache; instructions.py: callgrind.
+They start servers (bench.servers) and fronts (bench.fronts), drive them (bench.drivers)
+and fill the results dict; the report renders it. The seeds' named scenarios and issue 18's
+peers land here as modules of their own."""
