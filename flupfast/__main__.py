@@ -20,6 +20,7 @@ import traceback
 
 import flupfast
 from flupfast.limits import FORK_OVERLOAD_WAIT
+from flupfast.serving.listen import resolve_owner
 
 PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'ajp': 'AJP13'}
 MODES = ('thread', 'fork', 'single')
@@ -165,6 +166,25 @@ def parse_umask(value):
     return umask
 
 
+def parse_owner(value):
+    """``user``, ``user:group`` or ``:group``, checked against this machine's users."""
+    try:
+        return resolve_owner(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError('%s (give USER[:GROUP] of this machine)' % exc) from None
+
+
+def parse_mode(value):
+    """Octal permissions such as 660."""
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o7777:
+        raise argparse.ArgumentTypeError('expected octal permissions such as 660, not %r' % value)
+    return mode
+
+
 def parse_log_level(value):
     """A logging level name, in any case."""
     level = value.upper()
@@ -208,6 +228,11 @@ def build_parser():
                         help='host:port, [v6]:port or unix:/path (default: the socket on fd 0)')
     parser.add_argument('--umask', type=parse_umask, default=None,
                         help='FastCGI/SCGI: umask (octal) while creating a Unix socket')
+    parser.add_argument('--socket-owner', metavar='USER[:GROUP]', type=parse_owner, default=None,
+                        help='owner of the Unix socket, e.g. root:www-data: the web server\'s '
+                        'user or group must be able to open it')
+    parser.add_argument('--socket-mode', metavar='MODE', type=parse_mode, default=None,
+                        help='permissions of the Unix socket (octal, e.g. 660)')
     parser.add_argument('--min-spare', type=_count, help='minimum idle threads/children')
     parser.add_argument('--max-spare', type=_count, help='maximum idle threads/children')
     parser.add_argument('--max-threads', type=_count, help='thread mode: most threads')
@@ -270,6 +295,10 @@ def check_usage(args):
             raise UsageError('%s applies to --protocol %s only' % (option, ' or '.join(protocols)))
     if args.ajp_packet_size is not None and args.ajp_packet_size > 65536:
         raise UsageError('--ajp-packet-size must be 8192 to 65536, not %d' % args.ajp_packet_size)
+    for option in ('socket_owner', 'socket_mode'):
+        if getattr(args, option) is not None and not isinstance(args.bind, str):
+            raise UsageError('--%s applies to a Unix socket (--bind unix:/path) only'
+                             % option.replace('_', '-'))
     if args.protocol == 'fcgi' and args.bind is None and _stdin_is_terminal():
         raise UsageError('nothing to serve: FastCGI without --bind serves the socket a web server '
                          'passes on fd 0, and fd 0 is a terminal; give --bind 127.0.0.1:9000 or '
@@ -343,6 +372,8 @@ def _main(argv):
     server = module.WSGIServer(app, **server_kwargs(args))
     if args.overload_wait is not None:
         server.overloadWait = args.overload_wait
+    server.socketOwner = args.socket_owner
+    server.socketMode = args.socket_mode
     if args.protocol == 'ajp':
         if args.ajp_packet_size is not None:
             server.packetSize = args.ajp_packet_size
