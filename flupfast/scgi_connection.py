@@ -109,16 +109,16 @@ class SCGIRequest:
         sent yet (flup scgi_base.py:150-175)."""
         environ = self.environ
         logger = self.logger
-        fastlog.info(logger, '%s %s%s', environ['REQUEST_METHOD'],
-                     environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''))
+        fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], fastlog.readable(
+            environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')))
         debug = logger.isEnabledFor(logging.DEBUG)
         if debug:
             start = datetime.datetime.now()
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
-            logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
-                           environ.get('REQUEST_URI', environ.get('PATH_INFO', '')), exc)
+            logger.warning('%s %s: %s', environ['REQUEST_METHOD'], fastlog.readable(
+                environ.get('REQUEST_URI', environ.get('PATH_INFO', ''))), exc)
         except Exception as exc:
             if is_peer_gone(exc):
                 logger.debug('the web server went away: %s', exc)
@@ -128,9 +128,9 @@ class SCGIRequest:
                     self._conn.server.error(self)
         if debug:
             elapsed = datetime.datetime.now() - start
-            logger.debug('%s %s%s done (%.3f secs)', environ['REQUEST_METHOD'],
-                         environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''),
-                         elapsed.total_seconds())
+            logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'], fastlog.readable(
+                environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')),
+                elapsed.total_seconds())
 
 
 class SCGIConnection(LoggedConnection):

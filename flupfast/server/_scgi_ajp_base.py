@@ -33,6 +33,12 @@ class SCGIAJPServerBase(object):
 
     LoggerName = None  # set by the protocol base
 
+    # A Unix socket's owner ("user", "user:group", ":group") and mode (e.g. 0o660), set before
+    # it listens (PHP-FPM's listen.owner, listen.group, listen.mode); None leaves what the
+    # process and ``umask`` give. Not in flup: set them on the server before run().
+    socketOwner = None
+    socketMode = None
+
     def _init_common(self, application, scriptName, environ, multithreaded, multiprocess,
                      bindAddress, umask, allowedServers, loggingLevel, debug, no_default):
         if environ is None:
@@ -58,7 +64,8 @@ class SCGIAJPServerBase(object):
         """Creates and binds the socket for communication with the server: a str is a Unix
         socket path (``umask`` applies while it is created), a 2-tuple IPv4, a longer tuple
         (host, port, flowinfo, scope_id) IPv6."""
-        return bind_listen_socket(self._bindAddress, self._umask)
+        return bind_listen_socket(self._bindAddress, self._umask, self.socketOwner,
+                                  self.socketMode)
 
     def _cleanupSocket(self, sock):
         """Closes the main socket."""

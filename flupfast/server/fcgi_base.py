@@ -349,6 +349,12 @@ class BaseFCGIServer(object):
     # attribute stays for subclasses that read or set it.
     inputStreamShrinkThreshold = 102400 - 8192
 
+    # A Unix socket's owner ("user", "user:group", ":group") and mode (e.g. 0o660), set before
+    # it listens (PHP-FPM's listen.owner, listen.group, listen.mode); None leaves what the
+    # process and ``umask`` give. Not in flup: set them on the server before run().
+    socketOwner = None
+    socketMode = None
+
     def __init__(self, application, environ=None, multithreaded=True, multiprocess=False,
                  bindAddress=None, umask=None, multiplexed=False, debug=False,
                  roles=(FCGI_RESPONDER,), forceCGI=False):
@@ -407,7 +413,8 @@ class BaseFCGIServer(object):
                 req.run()
                 sys.exit(0)
             return sock
-        return bind_listen_socket(self._bindAddress, self._umask)
+        return bind_listen_socket(self._bindAddress, self._umask, self.socketOwner,
+                                  self.socketMode)
 
     def _cleanupSocket(self, sock):
         """Closes the main socket."""

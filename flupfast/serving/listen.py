@@ -5,13 +5,15 @@ protocol). It must not accept connections, read or write bytes, or close descrip
 not own (fd 0 in particular).
 """
 import errno
+import grp
 import os
+import pwd
 import socket
 import stat
 
 __all__ = [
     "ACCEPT_RETRY_ERRORS", "ACCEPT_EXHAUSTION_ERRNOS", "bind_listen_socket",
-    "inherited_listen_socket", "is_tcp", "set_cloexec", "set_nodelay",
+    "inherited_listen_socket", "is_tcp", "resolve_owner", "set_cloexec", "set_nodelay",
 ]
 
 # accept() failures that mean "nobody to accept after all": EAGAIN when another process won the
@@ -64,13 +66,39 @@ def _family_for(bind_address):
     return socket.AF_INET
 
 
-def bind_listen_socket(bind_address, umask=None):
+def resolve_owner(owner):
+    """``"user"``, ``"user:group"`` or ``":group"`` (names or numbers) -> ``(uid, gid)``, -1 for
+    the part left out (``os.chown`` leaves it). A user alone takes that user's primary group,
+    as PHP-FPM's ``listen.owner`` does. Unknown names raise ValueError naming them."""
+    if isinstance(owner, tuple):
+        return owner
+    user, _, group = str(owner).partition(":")
+    uid = gid = -1
+    if user:
+        try:
+            entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+        except KeyError:
+            raise ValueError("no such user: %r" % user) from None
+        uid = entry.pw_uid
+        gid = entry.pw_gid
+    if group:
+        try:
+            gid = (grp.getgrgid(int(group)) if group.isdigit() else grp.getgrnam(group)).gr_gid
+        except KeyError:
+            raise ValueError("no such group: %r" % group) from None
+    return uid, gid
+
+
+def bind_listen_socket(bind_address, umask=None, owner=None, mode=None):
     """Return a listening socket for ``bind_address``.
 
     A str (or path-like) is a Unix socket path: whatever is there is unlinked first (errors
-    ignored) and ``umask`` applies from bind() to listen() (flup fcgi_base.py:1040-1068). A
-    2-tuple is AF_INET (or AF_INET6 when the host contains ':'), a longer tuple AF_INET6; TCP
-    sockets get SO_REUSEADDR. Backlog is SOMAXCONN; the socket is close-on-exec.
+    ignored) and ``umask`` applies from bind() to listen() (flup fcgi_base.py:1040-1068);
+    ``owner`` (see resolve_owner) and ``mode`` (e.g. 0o660), PHP-FPM's ``listen.owner``,
+    ``listen.group`` and ``listen.mode``, are set before listen(), so no connection is accepted
+    under the wrong permissions. A 2-tuple is AF_INET (or AF_INET6 when the host contains ':'),
+    a longer tuple AF_INET6 (``owner`` and ``mode`` do not apply); TCP sockets get SO_REUSEADDR.
+    Backlog is SOMAXCONN; the socket is close-on-exec.
     """
     family = _family_for(bind_address)
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -82,9 +110,14 @@ def bind_listen_socket(bind_address, umask=None):
                 os.unlink(path)
             except OSError:
                 pass
+            uid, gid = (-1, -1) if owner is None else resolve_owner(owner)
             old_umask = None if umask is None else os.umask(umask)
             try:
                 sock.bind(path)
+                if (uid, gid) != (-1, -1):
+                    os.chown(path, uid, gid)
+                if mode is not None:
+                    os.chmod(path, mode)
                 sock.listen(socket.SOMAXCONN)
             finally:
                 if old_umask is not None:
