@@ -4,10 +4,12 @@ FastCGI, SCGI or AJP13, in the thread, fork or single mode of the flup-compatibl
 Every mistake on the command line is one line on stderr and exit status 2; a failure to start
 (an address that cannot be listened on, an app that does not import) one line and status 1.
 
-FastCGI with no ``--bind`` serves the listening socket inherited on fd 0 (mod_fcgid, lighttpd
-``bin-path``, spawn-fcgi) and falls back to one CGI request when fd 0 is not a socket; SCGI and
-AJP without ``--bind`` listen on flup's defaults (localhost:4000 and localhost:8009).
-SIGHUP re-executes the command (a reload); SIGINT and SIGTERM stop it.
+A socket passed by systemd (LISTEN_FDS) is served as it is. Otherwise FastCGI with no
+``--bind`` serves the listening socket inherited on fd 0 (mod_fcgid, lighttpd ``bin-path``,
+spawn-fcgi) and falls back to one CGI request when fd 0 is not a socket; SCGI and AJP without
+``--bind`` listen on flup's defaults (localhost:4000 and localhost:8009). SIGHUP reloads: the
+requests in flight end, the app is checked to import, and the command is executed afresh in
+the same process (same PID) on the same listening socket; SIGINT and SIGTERM stop it.
 """
 import argparse
 import html
@@ -15,11 +17,14 @@ import importlib
 import logging
 import os
 import socket
+import subprocess
 import sys
+import time
 import traceback
 
 import flupfast
-from flupfast.limits import FORK_OVERLOAD_WAIT
+from flupfast.limits import FORK_OVERLOAD_WAIT, RELOAD_CHECK_TIMEOUT
+from flupfast.serving import systemd
 from flupfast.serving.listen import resolve_owner
 
 PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'ajp': 'AJP13'}
@@ -299,7 +304,8 @@ def check_usage(args):
         if getattr(args, option) is not None and not isinstance(args.bind, str):
             raise UsageError('--%s applies to a Unix socket (--bind unix:/path) only'
                              % option.replace('_', '-'))
-    if args.protocol == 'fcgi' and args.bind is None and _stdin_is_terminal():
+    if args.protocol == 'fcgi' and args.bind is None and _stdin_is_terminal() and \
+            not systemd.sockets_passed():
         raise UsageError('nothing to serve: FastCGI without --bind serves the socket a web server '
                          'passes on fd 0, and fd 0 is a terminal; give --bind 127.0.0.1:9000 or '
                          '--bind unix:/run/app.sock')
@@ -320,35 +326,98 @@ def describe_address(address):
     return 'unix:%s' % os.fspath(address)
 
 
-def announce_when_listening(server, what):
-    """Log "serving" once the socket listens, and turn a socket that cannot be set up into one
-    StartError line, the same for every protocol. ``_setupSocket`` is flup's documented
-    override point, wrapped on this instance only."""
-    setup = server._setupSocket
-    log = logging.getLogger('flupfast')
+class ListeningSocket:
+    """The command line's hold on the server's listening socket, through flup's documented
+    override points ``_setupSocket``/``_cleanupSocket`` (wrapped on this instance only):
 
-    def setup_and_announce():
+    - a socket passed in (systemd's LISTEN_FDS, or the previous image after a reload) is used
+      instead of binding; otherwise the server binds, and a failure is one StartError line,
+      the same for every protocol;
+    - "serving ... on ADDR" is logged, and READY=1 sent to systemd, once it listens;
+    - it is not closed between run()s, so a reload hands it over open (fd 3, as systemd
+      passes it): connections arriving meanwhile wait in its backlog, and a Unix socket's
+      path is never unlinked.
+    """
+
+    def __init__(self, server, what):
+        self.what = what
+        self.sock = None
+        self._on_fd0 = False
+        self.attach(server)
+
+    def attach(self, server):
+        """Serve ``server`` from this socket (bound or passed at its first run())."""
+        self.server = server
+        self._setup = server._setupSocket
+        server._setupSocket = self.setup
+        server._cleanupSocket = lambda sock: None
+
+    def setup(self):
+        if self.sock is not None:
+            return self.sock  # run() again after a refused reload
+        log = logging.getLogger('flupfast')
+        sock = systemd.listen_socket(take=True)
+        if sock is not None:
+            where = '%s (passed on fd %d)' % (describe_address(sock.getsockname()),
+                                              systemd.LISTEN_FDS_START)
+        else:
+            sock = self._bind()
+            if getattr(self.server, '_bindAddress', None) is None:
+                self._on_fd0 = True
+                where = 'the socket on fd 0'
+            else:
+                where = describe_address(sock.getsockname())
+        self.sock = sock
+        log.info('flupfast %s serving %s on %s', flupfast.__version__, self.what, where)
+        systemd.notify('READY=1', 'STATUS=serving on %s' % where, 'MAINPID=%d' % os.getpid())
+        return sock
+
+    def _bind(self):
         try:
-            sock = setup()
+            return self._setup()
         except OSError as exc:
-            address = getattr(server, '_bindAddress', None)
+            address = getattr(self.server, '_bindAddress', None)
             reason = exc.strerror or str(exc)
             if isinstance(exc, socket.gaierror):
                 reason = 'unknown host (%s)' % reason
             raise StartError('cannot listen on %s: %s' % (
                 describe_address(address) if address is not None else 'fd 0', reason)) from None
-        address = getattr(server, '_bindAddress', None)
-        if address is None:
-            where = 'the socket on fd 0'
-        else:
-            try:
-                where = describe_address(sock.getsockname())
-            except (OSError, TypeError, IndexError):
-                where = describe_address(address)
-        log.info('flupfast %s serving %s on %s', flupfast.__version__, what, where)
-        return sock
 
-    server._setupSocket = setup_and_announce
+    def hand_over(self, environ):
+        """The environ for the next image; the socket survives the exec as fd 3. The socket
+        inherited on fd 0 (mod_fcgid) survives by itself."""
+        if self._on_fd0:
+            return environ
+        return systemd.hand_over(self.sock, environ)
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def app_load_problem(spec):
+    """None when the app ``spec`` imports in a fresh interpreter (the code a reload would
+    run), else the one-line reason, as the command line would print it."""
+    if not spec:
+        return None
+    proc = subprocess.run([sys.executable, '-c', 'import sys; from flupfast.__main__ import '
+                           'check_app; sys.exit(check_app(sys.argv[1]))', spec],
+                          capture_output=True, text=True, timeout=RELOAD_CHECK_TIMEOUT)
+    if proc.returncode == 0:
+        return None
+    lines = proc.stderr.strip().splitlines()
+    return lines[-1] if lines else 'exit status %d' % proc.returncode
+
+
+def check_app(spec):
+    """The reload check's child: load the app as serving would; 0 or one line and 1."""
+    try:
+        load_app(spec)
+    except StartError as exc:
+        print('flupfast: %s' % exc, file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv=None):
@@ -368,6 +437,36 @@ def _main(argv):
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format='%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s')
     app = load_app(args.app) if args.app else demo_app
+    server = build_server(args, app)
+    listening = ListeningSocket(server, '%s over %s (%s mode, %s backend)' % (
+        args.app or 'the demo app', PROTOCOLS[args.protocol], args.mode, flupfast.BACKEND))
+    log = logging.getLogger('flupfast')
+    while server.run():
+        # SIGHUP: the requests in flight have ended; start afresh with the same command line
+        # and the same socket (flup leaves reloading to the caller). New code that does not
+        # load is refused, and the code already loaded serves on, from a new server object
+        # (a stopped one does not run again) on the same socket.
+        problem = app_load_problem(args.app)
+        if problem is None:
+            systemd.notify('RELOADING=1', 'STATUS=reloading',
+                           'MONOTONIC_USEC=%d' % (time.monotonic_ns() // 1000))
+            log.info('reloading: %s', ' '.join(['python -m flupfast'] + sys.argv[1:]))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            rest = sys.argv[1:] if argv is None else list(argv)
+            os.execve(sys.executable, [sys.executable, '-m', 'flupfast'] + rest,
+                      listening.hand_over(os.environ))
+        log.error('reload refused, serving on with the code already loaded: %s', problem)
+        systemd.notify('READY=1', 'STATUS=reload refused: %s' % problem)
+        server = build_server(args, app)
+        listening.attach(server)
+    systemd.notify('STOPPING=1')
+    listening.close()
+    return 0
+
+
+def build_server(args, app):
+    """The flup-compatible server the command line asks for, configured."""
     module = importlib.import_module(server_module(args.protocol, args.mode))
     server = module.WSGIServer(app, **server_kwargs(args))
     if args.overload_wait is not None:
@@ -387,16 +486,7 @@ def _main(argv):
         for handler in list(protocol_logger.handlers):
             if getattr(handler, '_flupfast_console', False):
                 protocol_logger.removeHandler(handler)
-    announce_when_listening(server, '%s over %s (%s mode, %s backend)' % (
-        args.app or 'the demo app', PROTOCOLS[args.protocol], args.mode, flupfast.BACKEND))
-    reload = server.run()
-    if reload:
-        # SIGHUP: start afresh with the same command line (flup leaves this to the caller).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        rest = sys.argv[1:] if argv is None else list(argv)
-        os.execv(sys.executable, [sys.executable, '-m', 'flupfast'] + rest)
-    return 0
+    return server
 
 
 if __name__ == '__main__':

@@ -88,3 +88,8 @@ FORK_OVERLOAD_WAIT = 5.0
 # short-lived thread, at most this many at once. Each lasts at most OVERLOAD_ANSWER_SECONDS:
 # 16 refuse hundreds of prompt peers a second, and a flood of slow ones adds no more threads.
 MAX_OVERLOAD_ANSWERS = 16
+
+# The command line's reload first imports the app in a fresh interpreter, so new code that does
+# not load is refused while the old code serves on (connections wait in the listen queue
+# meanwhile). An app whose import takes longer than this is refused as if it had failed.
+RELOAD_CHECK_TIMEOUT = 60.0

@@ -24,6 +24,7 @@ from flupfast.protocols.fastcgi import (  # noqa: F401  (flup exports every FCGI
     FCGI_VERSION_1, decode_header, decode_params, encode_pair, encode_record)
 from flupfast.body import Spool
 from flupfast.server._blocking_io import recv_exactly, recvall, sendall
+from flupfast.serving import systemd
 from flupfast.serving.listen import bind_listen_socket, inherited_listen_socket
 
 __all__ = ['BaseFCGIServer']
@@ -406,7 +407,9 @@ class BaseFCGIServer(object):
         if self._bindAddress is None:
             force_cgi = self.forceCGI or \
                 os.environ.get('FCGI_FORCE_CGI', 'N').upper().startswith('Y')
-            sock = None if force_cgi else inherited_listen_socket(FCGI_LISTENSOCK_FILENO)
+            # systemd's socket activation (fds from 3) first, then the web server's fd 0.
+            sock = None if force_cgi else (systemd.listen_socket() or
+                                           inherited_listen_socket(FCGI_LISTENSOCK_FILENO))
             if sock is None:
                 # flup's detection crashes here on Python >= 3.8 (socket.fromfd raises ENOTSOCK).
                 req = self.cgirequest_class(self)
