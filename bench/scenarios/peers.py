@@ -85,6 +85,8 @@ def run_rows(rows, app, loads, info, workdir, client, cfg, key="rps", lower=Fals
     """Each (front, peer) row swept (or at its first setting) -> list of row dicts."""
     out = []
     for front, peer_key in rows:
+        if cfg.peer_filter and peer_key not in cfg.peer_filter:
+            continue
         peer = PEERS[peer_key]
         row = {"front": front, "front_label": FRONT_LABEL[front], "peer": peer_key,
                "label": peer.label}
