@@ -5,6 +5,7 @@ mod_proxy_fcgi, mod_proxy_scgi or mod_proxy_http to a TCP loopback port (pooled 
 connections, ProxyIOBufferSize 65536), or a "raw" host whose directives the caller gives
 (mod_wsgi, CGI, mod_fcgid: servers/apache_hosted.py); and a static virtual host for the
 front's own cost. Process control is fronts.front's."""
+import contextlib
 import os
 
 from bench.base import free_port
@@ -126,6 +127,8 @@ class Apache(Front):
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
             os.chmod(os.path.join(self.root, sub), 0o755)
         os.chmod(workdir, 0o711)  # the workers (www-data) traverse it
+        with contextlib.suppress(FileNotFoundError):   # a fresh log per front: its tail
+            os.unlink(os.path.join(self.log_dir, "error.log"))   # is quoted in errors
         self.ports = {key: free_port() for key in vhosts}
         static = None
         if static_root:

@@ -2,6 +2,7 @@
 proxy_pass): its config (one worker, no access log; per backend an upstream with or without a
 keepalive pool, on its own port) and a static server for the front's own cost. Process control
 is fronts.front's."""
+import contextlib
 import os
 
 from bench.base import free_port
@@ -133,6 +134,8 @@ class Nginx(Front):
         root = os.path.join(workdir, "nginx")
         super().__init__(root, root)
         os.makedirs(os.path.join(self.root, "tmp"), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):   # a fresh log per front
+            os.unlink(os.path.join(self.root, "error.log"))
         if os.path.lexists(os.path.join(self.root, "static")):
             os.unlink(os.path.join(self.root, "static"))
         os.symlink(static_root, os.path.join(self.root, "static"))

@@ -81,6 +81,7 @@ Listen 127.0.0.1:{port}
 # mod_fcgid's process class: up to {processes} copies of the script, started on demand and
 # kept (no idle timeout during a run).
 FCGID_VHOST = """\
+TypesConfig /etc/mime.types
 FcgidIPCDir "{run_dir}/fcgid"
 FcgidProcessTableFile "{run_dir}/fcgid_shm"
 FcgidMaxRequestLen 209715200
