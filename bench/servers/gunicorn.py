@@ -4,7 +4,7 @@ gthread workers, the counts the sweep tries (bench/servers/peers.py). Behind ngi
 import importlib.util
 import sys
 
-from bench.servers.http import HTTPServer
+from bench.servers.http_server import HTTPServer
 
 
 def gunicorn_installed():

@@ -6,7 +6,7 @@ import shutil
 import sys
 
 from bench.base import ROOT
-from bench.servers.http import HTTPServer
+from bench.servers.http_server import HTTPServer
 from bench.servers.server import Server
 
 UWSGI_WORKERS = 16
