@@ -3,6 +3,7 @@ figure with the settings that won beside it), "what would I pick instead" (flupf
 against each peer's best, behind the same front), and the seeds' scenarios (001, 002's Adj
 Mean, 000, 004)."""
 from bench.report.table import fmt
+from bench.servers.peers import settings_text
 
 LOAD_HEAD = {"hello": "hello req/s (c16)", "echo71k": "71 KB echo req/s (c100)",
              "c1": "time per request, c1 (ms)", "page": "template page req/s",
@@ -105,6 +106,26 @@ def render_pick(rows):
     return lines
 
 
+def render_tried(rows, load):
+    """The sweep: each row's settings with the figure each gave on ``load`` (the winner
+    starred), so the choice can be checked."""
+    lines = []
+    for row in rows:
+        if not row.get("tried"):
+            continue
+        parts = []
+        for t in row["tried"]:
+            res = t.get("loads", {}).get(load) or t["result"]
+            num = figure({"loads": {load: res}}, load)[0]
+            star = "*" if t["settings"] == row.get("best") else ""
+            parts.append("%s: %s%s" % (settings_text(t["settings"]),
+                                       fmt(num) if num is not None else res.get("error", "n/a"),
+                                       star))
+        lines.append("- %s, %s: %s" % (row["front_label"], row["label"], "; ".join(parts)))
+    return (["Sweep (%s; * the setting kept):" % LOAD_HEAD.get(load, load), ""] + lines +
+            [""]) if lines else []
+
+
 def render_peers(results):
     peers = results.get("peers")
     if not peers:
@@ -118,12 +139,14 @@ def render_peers(results):
     if hello.get("rows"):
         lines += render_pick(hello["rows"]) + ["", "### hello and the 71 KB echo", ""]
         lines += render_rows(hello["rows"], hello["loads"]) + [""]
+        lines += render_tried(hello["rows"], hello["loads"][0])
     flask = peers["apps"].get("flask", {})
     if flask.get("not_run"):
         lines += ["### The Flask app: not run: %s" % flask["not_run"], ""]
     elif flask.get("rows"):
         lines += ["### The Flask app (bench/flask_app.py)", ""]
         lines += render_rows(flask["rows"], flask["loads"]) + [""]
+        lines += render_tried(flask["rows"], flask["loads"][0])
     return lines
 
 

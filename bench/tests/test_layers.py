@@ -57,6 +57,16 @@ def test_imports_point_down():
     assert upward_imports() == []
 
 
+# what the ``bench`` extra installs and a bench module imports at the top (bench.flask_app):
+# the test run installs only the ``test`` extra, so these may be missing there
+BENCH_EXTRA = {"flask", "jinja2", "werkzeug"}
+
+
 @pytest.mark.parametrize("name", [n for n, _ in _modules() if n != "bench.__main__"])
 def test_module_imports(name):
-    importlib.import_module(name)
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in BENCH_EXTRA:
+            raise
+        pytest.skip("%s needs %s (pip install -e '.[bench]')" % (name, exc.name))

@@ -258,6 +258,17 @@ def test_cells_show_settings_problems_and_reasons():
     assert len(lines) == 2 + len(ROWS)
 
 
+def test_sweep_lines_star_the_kept_setting():
+    row = dict(ROWS[2], best={"workers": 8}, tried=[
+        {"settings": {"workers": 5}, "result": {"rps": 7000.0}, "loads": {}},
+        {"settings": {"workers": 8}, "result": {"rps": 8000.0}, "loads": {}},
+        {"settings": {"workers": 16}, "result": {"error": "did not start"}, "loads": {}}])
+    lines = report.render_tried([row, ROWS[0]], "hello")
+    assert lines[2] == "- nginx, gunicorn sync: workers=5: 7000; workers=8: 8000*; " \
+        "workers=16: did not start"
+    assert len(lines) == 4
+
+
 def _seeds():
     fcgi = [_row("nginx", "flupfast-fcgi-fork", "defaults", echo71k={"rps": 9000.0}),
             _row("nginx", "uwsgi-fcgi", "processes=16", echo71k={"rps": 4500.0})]
