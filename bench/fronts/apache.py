@@ -36,7 +36,6 @@ ThreadsPerChild {threads}
 MaxRequestWorkers {threads}
 MinSpareThreads 1
 MaxSpareThreads {threads}
-ListenBacklog 1024
 Timeout {timeout}
 KeepAlive On
 MaxKeepAliveRequests 0
