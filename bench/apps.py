@@ -14,6 +14,8 @@ hands one prebuilt bytes object to the server, and the upload app hashes only wh
                                 requests/s it reaches show how many run at once (pool growth)
        /cpu                     hello after a fixed pure-Python loop (CPU_LOOP iterations,
                                 about 2 ms of one core here): the GIL and the fork pool
+       /echo                    the request body (CONTENT_LENGTH bytes) sent back: seed 001's
+                                71,453-byte POST (bench/scenarios/seeds.py)
        /                        hello
 """
 import hashlib
@@ -180,8 +182,27 @@ def _cpu(environ, start_response):
     return hello(environ, start_response)
 
 
+def _echo(environ, start_response):
+    # read() up to CONTENT_LENGTH, never beyond (see _upload)
+    left = int(environ.get("CONTENT_LENGTH") or 0)
+    read = environ["wsgi.input"].read
+    chunks = []
+    while left > 0:
+        data = read(min(left, 65536))
+        if not data:
+            break
+        chunks.append(data)
+        left -= len(data)
+    body = b"".join(chunks)
+    start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 def app(environ, start_response):
     path = environ.get("PATH_INFO") or environ.get("REQUEST_URI", "/").split("?", 1)[0]
+    if path == "/echo":
+        return _echo(environ, start_response)
     if path == "/sleep":
         return _sleep(environ, start_response)
     if path == "/cpu":

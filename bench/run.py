@@ -29,7 +29,7 @@ from bench.base import BENCH, MIB, log  # noqa: E402  (after the sys.path fix)
 from bench.drivers.fcgi_load import LoadClient  # noqa: E402
 from bench.report.files import save_json, write_report  # noqa: E402
 from bench.report.markdown import all_targets, render_markdown  # noqa: E402
-from bench.scenarios import ajp, behind_fronts, fastcgi, instructions, scgi  # noqa: E402
+from bench.scenarios import ajp, behind_fronts, fastcgi, instructions, peers, scgi, seeds  # noqa: E402,E501
 from bench.servers import KINDS  # noqa: E402
 from bench.survey import survey  # noqa: E402
 
@@ -37,6 +37,9 @@ from bench.survey import survey  # noqa: E402
 # All parts, and what --quick runs (under 3 minutes): the fronts and FastCGI's instruction
 # counts.
 PARTS = ("fronts", "callgrind", "hello", "upload", "download", "syscalls", "scgi", "ajp")
+# Issue 18's parts, run only when named (--only peers,seeds): the servers a user would pick
+# instead (gunicorn, mod_wsgi, uWSGI's HTTP socket) and the seeds' scenarios.
+EXTRA_PARTS = ("peers", "seeds")
 
 
 QUICK_PARTS = ("fronts", "callgrind")
@@ -79,6 +82,16 @@ class Config:
         # instruction counts (bench/scenarios/instructions.py)
         self.callgrind_n = args.callgrind_n or (300 if quick else 500)
         self.callgrind_protocols = ("fcgi",) if quick else ("fcgi", "scgi", "ajp")
+        # issue 18: peers (bench/scenarios/peers.py) and seeds (bench/scenarios/seeds.py)
+        self.sweep = args.sweep
+        self.peer_filter = set(args.peers.split(",")) if args.peers else None
+        self.peer_duration = args.duration or (1.0 if quick else 3.0)
+        self.peer_rounds = args.rounds or (1 if quick else 3)
+        self.peer_requests = args.requests or (200 if quick else 1000)
+        self.seed_requests = args.requests or (200 if quick else 1000)
+        self.seed_requests_c100 = args.requests or (2000 if quick else 10000)
+        self.seed_upload_mib = args.upload_mib if args.upload_mib != 100 or not quick else 20
+        self.seed_upload_timeout = args.seed_upload_timeout or (30.0 if quick else 180.0)
 
     def as_dict(self):
         return {"quick": self.quick, "conns": self.conns, "rounds": self.rounds,
@@ -96,7 +109,14 @@ class Config:
                 "front_transfer_mib": self.front_transfer_size // MIB,
                 "front_flup_slow_mib": self.front_flup_slow_size // MIB,
                 "callgrind_n": self.callgrind_n,
-                "callgrind_protocols": list(self.callgrind_protocols)}
+                "callgrind_protocols": list(self.callgrind_protocols),
+                "sweep": self.sweep, "peer_filter": sorted(self.peer_filter or ()),
+                "peer_duration": self.peer_duration,
+                "peer_rounds": self.peer_rounds, "peer_requests": self.peer_requests,
+                "seed_requests": self.seed_requests,
+                "seed_requests_c100": self.seed_requests_c100,
+                "seed_upload_mib": self.seed_upload_mib,
+                "seed_upload_timeout": self.seed_upload_timeout}
 
 
 def main(argv=None):
@@ -111,8 +131,26 @@ def main(argv=None):
     parser.add_argument("--only", default="",
                         help="which parts to run: fronts (behind nginx/Apache, vs flup and "
                         "uWSGI), callgrind (instructions per request), and the direct ones: "
-                        "FastCGI hello,upload,download,syscalls; scgi; ajp (default: all; "
-                        "--quick: %s)" % ",".join(QUICK_PARTS))
+                        "FastCGI hello,upload,download,syscalls; scgi; ajp (default: all of "
+                        "these; --quick: %s); and, only when named, issue 18's peers (gunicorn, "
+                        "mod_wsgi, uWSGI --http-socket: hello, 71 KB echo, c1, the Flask app) "
+                        "and seeds (--seeds)" % ",".join(QUICK_PARTS))
+    parser.add_argument("--sweep", action="store_true",
+                        help="peers/seeds: try every worker/thread setting of each server "
+                        "(bench/servers/peers.py) and keep its best (default: the first)")
+    parser.add_argument("--peers", default="",
+                        help="peers/seeds: only the rows of these servers (keys of "
+                        "bench/servers/peers.py, e.g. gunicorn-sync,modwsgi)")
+    parser.add_argument("--seeds", default=",".join(seeds.SEEDS),
+                        help="seeds: which scenarios (default %s)" % ",".join(seeds.SEEDS))
+    parser.add_argument("--apps", default="hello,flask",
+                        help="peers: which apps (hello: bench/apps.py with the 71 KB echo "
+                        "and c1; flask: bench/flask_app.py)")
+    parser.add_argument("--requests", type=int, default=0,
+                        help="peers/seeds: requests of the ab runs (c1: default 1000, "
+                        "--quick 200; seed 001's c100: 10000, --quick 2000)")
+    parser.add_argument("--seed-upload-timeout", type=float, default=0,
+                        help="seed 000: an upload's time limit (default 180 s, --quick 30)")
     parser.add_argument("--log-levels", default="",
                         help="direct SCGI/AJP servers' log levels (default INFO, as flup "
                         "runs by default; e.g. INFO,WARNING; the fronts run at WARNING)")
@@ -147,6 +185,13 @@ def main(argv=None):
     cfg = Config(args.quick, args)
     only = set(args.only.split(",")) if args.only else set(QUICK_PARTS if args.quick
                                                             else PARTS)
+    unknown = only - set(PARTS) - set(EXTRA_PARTS)
+    if unknown:
+        parser.error("unknown parts: %s" % ",".join(sorted(unknown)))
+    wanted_seeds = [x for x in args.seeds.split(",") if x]
+    if set(wanted_seeds) - set(seeds.SEEDS):
+        parser.error("unknown seeds: %s" % ",".join(sorted(set(wanted_seeds) -
+                                                           set(seeds.SEEDS))))
     started = time.time()
 
     info = survey()
@@ -201,6 +246,15 @@ def main(argv=None):
                 scgi.run_scgi(kinds, client, workdir, cfg, results, strace)
             if "ajp" in only:
                 ajp.run_ajp(kinds, client, workdir, cfg, results, strace)
+            save()
+        if "peers" in only:
+            log("peers: what a user would pick instead (issue 18)%s" % (
+                ", swept" if cfg.sweep else ""))
+            peers.run_peers(info, workdir, client, cfg, results,
+                            [a for a in args.apps.split(",") if a])
+            save()
+        if "seeds" in only:
+            seeds.run_seeds(wanted_seeds, info, workdir, client, cfg, results)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     with contextlib.suppress(OSError), open("/proc/loadavg") as f:

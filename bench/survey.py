@@ -14,14 +14,15 @@ from pathlib import Path
 from bench.base import ROOT
 from bench.drivers.ab import AB
 from bench.drivers.wrk import WRK
-from bench.fronts.apache import APACHE
+from bench.fronts.apache import APACHE, APACHE_MODULES
 from bench.fronts.nginx import NGINX
 from bench.servers.uwsgi import find_uwsgi
+from bench.servers.wwwdata import SYSTEM_PYTHON
 
 
 def survey():
     """What is installed, what is missing, and the machine."""
-    return _peers(_python_and_machine())
+    return _switch_peers(_peers(_python_and_machine()))
 
 
 def _run_py(code, env_extra):
@@ -151,4 +152,27 @@ def _peers(info):
         info["missing"].append("root: nginx and Apache are started as root (they switch "
                                "their workers' user); no rows behind fronts")
         info["nginx"] = info["apache2"] = None
+    return info
+
+
+def _switch_peers(info):
+    """Issue 18's peers: gunicorn and Flask (PyPI), mod_wsgi, mod_fcgid and mod_cgid (Apache
+    modules), and Debian's python3 that Apache's own Python runs as www-data."""
+    import importlib.metadata as md
+    for key, dist, what in (("gunicorn", "gunicorn", "no gunicorn rows"),
+                            ("flask", "flask", "no Flask app rows")):
+        try:
+            info[key] = md.version(dist)
+        except md.PackageNotFoundError:
+            info[key] = None
+            info["missing"].append("%s (pip install -e '.[bench]'): %s" % (dist, what))
+    system = os.access(SYSTEM_PYTHON, os.X_OK)
+    for key, module, package in (("mod_wsgi", "wsgi", "libapache2-mod-wsgi-py3"),
+                                 ("mod_fcgid", "fcgid", "libapache2-mod-fcgid"),
+                                 ("mod_cgid", "cgid", "apache2")):
+        path = os.path.join(APACHE_MODULES, "mod_%s.so" % module)
+        info[key] = path if os.path.exists(path) and info.get("apache2") and system else None
+        if not info[key]:
+            info["missing"].append("%s (apt-get install %s; and %s): no %s rows" % (
+                key, package, SYSTEM_PYTHON, key))
     return info

@@ -73,3 +73,38 @@ def run_ab(port, conns, duration, timeout):
     if status != 0 or res["rps"] is None:
         res["error"] = (err or text).strip()[-300:]
     return res
+
+
+def parse_ab_requests(text):
+    """ab's report of a run of -n requests -> dict: mean_ms (mean time per request across all
+    concurrent requests, ab's second "Time per request"; at -c 1 both are the same), rps,
+    requests, failed, non_2xx, seconds; None without a rate."""
+    def num(label, cast=float):
+        m = re.search(r"^%s:\s+([\d.]+)" % re.escape(label), text, re.M)
+        return cast(m.group(1)) if m else None
+
+    rps = num("Requests per second")
+    if rps is None:
+        return None
+    times = re.findall(r"^Time per request:\s+([\d.]+) \[ms\]", text, re.M)
+    return {"rps": rps, "mean_ms": float(times[-1]) if times else None,
+            "requests": num("Complete requests", int), "seconds": num("Time taken for tests"),
+            "failed": num("Failed requests", int) or 0,
+            "non_2xx": num("Non-2xx responses", int) or 0}
+
+
+def run_ab_requests(url, requests, conns=1, timeout=300, body_file=None):
+    """``ab -n requests -c conns`` (no keep-alive: a new connection per request, as the seeds
+    ran it), optionally POSTing ``body_file`` -> parse_ab_requests' dict, or {"error"}."""
+    cmd = [AB_PATH, "-q", "-n", str(requests), "-c", str(conns)]
+    if body_file:
+        cmd += ["-p", body_file, "-T", "application/octet-stream"]
+    try:
+        out = subprocess.run(cmd + [url], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "ab did not finish within %.0f s" % timeout}
+    text = out.stdout.decode("utf-8", "replace")
+    res = parse_ab_requests(text)
+    if res is None or out.returncode:
+        return {"error": (out.stderr.decode("utf-8", "replace") or text).strip()[-300:]}
+    return res

@@ -12,16 +12,41 @@ WRK = shutil.which("wrk")
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
 
 
-def run_wrk(port, path, conns, duration):
+POST_SCRIPT = """\
+-- bench/drivers/wrk.py: every request is a POST of the file's bytes
+local f = assert(io.open("{path}", "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "{content_type}"
+"""
+
+
+def post_script(workdir, name, body, content_type="application/octet-stream"):
+    """Write ``body`` and a wrk Lua script POSTing it into ``workdir``; -> the script's
+    path (for run_wrk's ``script``)."""
+    data = "%s/%s.body" % (workdir, name)
+    with open(data, "wb") as f:
+        f.write(body)
+    script = "%s/%s.lua" % (workdir, name)
+    with open(script, "w") as f:
+        f.write(POST_SCRIPT.format(path=data, content_type=content_type))
+    return script
+
+
+def run_wrk(port, path, conns, duration, script=None):
     """wrk (1 thread, ``conns`` keep-alive connections) for ``duration`` s -> dict with rps,
     requests, p99_ms, errors (socket errors), non_2xx; ``error`` when it did not run.
-    Falls back to ``ab -k`` (whole seconds) when wrk is missing."""
+    ``script``: a Lua script (post_script). Falls back to ``ab -k`` (whole seconds) when wrk
+    is missing (GET only)."""
     url = "http://127.0.0.1:%d%s" % (port, path)
     if not WRK:
+        if script:
+            return {"error": "wrk is missing (apt-get install wrk)"}
         return ab.run_ab_keepalive(url, conns, duration)
     duration = max(1, int(round(duration)))  # wrk takes whole seconds
-    cmd = [WRK, "-t1", "-c%d" % conns, "-d%ds" % duration, "--timeout", "10s", "--latency",
-           url]
+    cmd = [WRK, "-t1", "-c%d" % conns, "-d%ds" % duration, "--timeout", "10s", "--latency"]
+    cmd += (["-s", script] if script else []) + [url]
     try:
         out = subprocess.run(cmd, capture_output=True, timeout=duration + 30)
     except subprocess.TimeoutExpired:

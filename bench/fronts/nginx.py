@@ -1,6 +1,8 @@
-"""nginx as the front of the FastCGI and SCGI backends: its config (one worker, no access
-log; per backend an upstream with or without a keepalive pool, on its own port) and a static
-server for the front's own cost. Process control is fronts.front's."""
+"""nginx as the front of the FastCGI, SCGI and HTTP backends (fastcgi_pass, scgi_pass,
+proxy_pass): its config (one worker, no access log; per backend an upstream with or without a
+keepalive pool, on its own port) and a static server for the front's own cost. Process control
+is fronts.front's."""
+import contextlib
 import os
 
 from bench.base import free_port
@@ -87,6 +89,40 @@ NGINX_SCGI_SERVER = """
 """
 
 
+# HTTP backends (gunicorn, uWSGI --http-socket): without a pool nginx speaks HTTP/1.0 and
+# closes each upstream connection; with ``keepalive`` it needs HTTP/1.1 and no "Connection:
+# close" passed on.
+NGINX_HTTP_SERVER = """
+    upstream b{n} {{
+        server unix:{sock};
+        {keepalive}
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://b{n};
+            proxy_set_header Host $host;
+            {http11}
+            proxy_read_timeout {timeout}s;
+            proxy_send_timeout {timeout}s;
+        }}
+    }}
+"""
+
+
+TEMPLATES = {"fcgi": NGINX_FCGI_SERVER, "scgi": NGINX_SCGI_SERVER, "http": NGINX_HTTP_SERVER}
+
+
+def server_block(n, proto, sock, port, keep, timeout, pool=16):
+    """One backend's upstream and server blocks; ``keep``: an upstream keepalive pool of
+    ``pool`` connections (FastCGI: and fastcgi_keep_conn on)."""
+    return TEMPLATES[proto].format(
+        n=n, sock=sock, port=port, keep="on" if keep else "off",
+        keepalive="keepalive %d;" % pool if keep else "", timeout=int(timeout),
+        http11='proxy_http_version 1.1;\n            proxy_set_header Connection "";'
+        if keep else "")
+
+
 class Nginx(Front):
     """nginx in the foreground from its own config; ``backends`` maps a key to (protocol,
     Unix socket path, keep_conn); ``ports[key]`` is where each is served, ``ports["static"]``
@@ -94,21 +130,19 @@ class Nginx(Front):
 
     name = "nginx"
 
-    def __init__(self, workdir, backends, timeout, static_root):
+    def __init__(self, workdir, backends, timeout, static_root, pool=16):
         root = os.path.join(workdir, "nginx")
         super().__init__(root, root)
         os.makedirs(os.path.join(self.root, "tmp"), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):   # a fresh log per front
+            os.unlink(os.path.join(self.root, "error.log"))
         if os.path.lexists(os.path.join(self.root, "static")):
             os.unlink(os.path.join(self.root, "static"))
         os.symlink(static_root, os.path.join(self.root, "static"))
         servers = []
         for n, (key, (proto, sock, keep)) in enumerate(backends.items()):
             self.ports[key] = free_port()
-            template = NGINX_FCGI_SERVER if proto == "fcgi" else NGINX_SCGI_SERVER
-            servers.append(template.format(n=n, sock=sock, port=self.ports[key],
-                                           keep="on" if keep else "off",
-                                           keepalive="keepalive 16;" if keep else "",
-                                           timeout=int(timeout)))
+            servers.append(server_block(n, proto, sock, self.ports[key], keep, timeout, pool))
         self.ports["static"] = free_port()
         self.conf = os.path.join(self.root, "nginx.conf")
         with open(self.conf, "w") as f:

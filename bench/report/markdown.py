@@ -1,6 +1,6 @@
 """The whole Markdown report of a run (the machine and versions, then each part's table, the
 targets and the notes) and every target's verdict."""
-from bench.report import direct, fronts, instructions, protocols
+from bench.report import direct, fronts, instructions, peers, protocols
 from bench.servers import KIND_LABEL
 
 
@@ -20,8 +20,10 @@ def render_markdown(results):
              "start %s, at the end %s." % (
                  m["nproc"], m["cpu"], m["kernel"], m["python"], m["loadavg_at_start"],
                  m.get("loadavg_at_end", "?")),
-             "uWSGI %s, nginx %s, Apache %s, load client %s." % (
+             "uWSGI %s, gunicorn %s, Flask %s, nginx %s, Apache %s, load client %s." % (
                  results["survey"].get("uwsgi") or "missing",
+                 results["survey"].get("gunicorn") or "missing",
+                 results["survey"].get("flask") or "missing",
                  results["survey"].get("nginx_version") or "missing",
                  results["survey"].get("apache2_version") or "missing",
                  "wrk" if results["survey"].get("wrk") else "ab -k" if
@@ -38,6 +40,8 @@ def render_markdown(results):
         lines += ["## FastCGI direct, no front (Unix socket, fcgi_load)", "",
                   direct.render_table(results, kinds), ""]
     lines += protocols.render_sections(results)
+    lines += peers.render_peers(results)
+    lines += peers.render_seeds(results)
     if results.get("targets"):
         lines += ["## Targets", ""]
         for t in results["targets"]:

@@ -1,6 +1,7 @@
 """The servers under test: how each is started (server.py: flupfast pure and compiled, and
-flup 1.0.3 through flup_server.py; uwsgi.py: uWSGI), and their names in the report. Here
-only names; gunicorn and mod_wsgi (issue 18) land beside uwsgi.py."""
+flup 1.0.3 through flup_server.py; uwsgi.py: uWSGI; gunicorn.py; apache_hosted.py: mod_wsgi
+daemon mode, CGI and mod_fcgid scripts), and their names in the report. Here only names; issue
+18's servers by key, with the settings the sweep tries, are in peers.py."""
 
 KINDS = ("flup", "pure", "compiled")
 KIND_LABEL = {"flup": "flup 1.0.3", "pure": "flupfast pure", "compiled": "flupfast compiled"}

@@ -74,15 +74,21 @@ class Server:
         else:
             self.error = "did not listen within %.0f s" % self.start_timeout
             return False
-        res = client.run(self.address, "hello", count=1, proto=self.protocol,
-                         deadline=max(1.0, deadline - time.monotonic()))
-        if not res.get("requests") or res.get("bad_status"):
-            self.error = "did not answer a hello request: %s %s" % (
-                res.get("first_error") or res.get("first_bad_status") or res.get("error"),
-                self.log_tail())
+        problem = self.hello_problem(client, max(1.0, deadline - time.monotonic()))
+        if problem:
+            self.error = "did not answer a hello request: %s %s" % (problem, self.log_tail())
             return False
         time.sleep(0.3 if self.mode == "fork" else 0.1)  # let a prefork pool settle
         return True
+
+    def hello_problem(self, client, timeout):
+        """One hello request on the server's own protocol: None, or what went wrong."""
+        res = client.run(self.address, "hello", count=1, proto=self.protocol,
+                         deadline=timeout)
+        if not res.get("requests") or res.get("bad_status"):
+            return res.get("first_error") or res.get("first_bad_status") or \
+                res.get("error") or "no answer"
+        return None
 
     def log_tail(self, size=600):
         try:

@@ -152,3 +152,4 @@ class _Args:
     conns, rounds, duration, upload_mib, download_mib = 16, 0, 0, 100, 100
     flup_download_mib, flup_full_timeout, modes, log_levels, callgrind_n = 20, 30, "thread", \
         "", 0
+    sweep, peers, requests, seed_upload_timeout = False, "", 0, 0
