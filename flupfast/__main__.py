@@ -159,16 +159,21 @@ def _port(text, value):
     return int(text)
 
 
-def parse_umask(value):
-    """An octal umask such as 007."""
-    try:
-        umask = int(value, 8)
-    except ValueError:
-        umask = -1
-    if not 0 <= umask <= 0o777:
-        raise argparse.ArgumentTypeError('expected an octal umask such as 007 or 0117, not %r'
-                                         % value)
-    return umask
+def _octal(maximum, what):
+    """A parser of octal numbers up to ``maximum``; ``what`` names them in the error."""
+    def parse(value):
+        try:
+            number = int(value, 8)
+        except ValueError:
+            number = -1
+        if not 0 <= number <= maximum:
+            raise argparse.ArgumentTypeError('expected %s, not %r' % (what, value))
+        return number
+    return parse
+
+
+parse_umask = _octal(0o777, 'an octal umask such as 007 or 0117')
+parse_mode = _octal(0o7777, 'octal permissions such as 660')
 
 
 def parse_owner(value):
@@ -177,17 +182,6 @@ def parse_owner(value):
         return resolve_owner(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError('%s (give USER[:GROUP] of this machine)' % exc) from None
-
-
-def parse_mode(value):
-    """Octal permissions such as 660."""
-    try:
-        mode = int(value, 8)
-    except ValueError:
-        mode = -1
-    if not 0 <= mode <= 0o7777:
-        raise argparse.ArgumentTypeError('expected octal permissions such as 660, not %r' % value)
-    return mode
 
 
 def parse_log_level(value):

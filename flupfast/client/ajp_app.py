@@ -4,7 +4,8 @@ this one completes the set beside FCGIApp and SCGIApp.
 
 The packets are built and read by flupfast.protocols.ajp_webserver; one request per connection.
 """
-from flupfast.client._proxy import BackendError, EnvironFilter, connect, input_chunks
+from flupfast.client._proxy import (
+    BackendError, EnvironFilter, backend_address, connect, input_chunks)
 from flupfast.protocols import ajp_webserver
 from flupfast.protocols.errors import AJPError
 
@@ -21,13 +22,7 @@ class AJPApp(EnvironFilter):
     """
 
     def __init__(self, connect=None, host=None, port=None, secret=None):
-        if host is not None:
-            if port is None:
-                raise ValueError('AJPApp: host given without port')
-            connect = (host, port)
-        if connect is None:
-            raise ValueError('AJPApp: give connect (or host and port)')
-        self._connect = connect
+        self._connect = backend_address('AJPApp', connect, host, port)
         self._secret = secret
 
     def __call__(self, environ, start_response):
