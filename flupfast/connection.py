@@ -476,6 +476,7 @@ class FastCGIRequest:
         self.role = None
         self.flags = 0
         self.aborted = False
+        self._started = False  # PARAMS complete: the handler runs or has run
         self.params = {}
         self.keep_conn = False
         # Input not yet read by the app: deques filled by this thread, or, when multiplexed,
@@ -544,6 +545,15 @@ class _StreamSource:
         self._conn = self._req = None
 
 
+def _stream_name(stream_type):
+    return 'STDIN' if stream_type == fcgi.FCGI_STDIN else 'DATA'
+
+
+def _aborted_message(stream_type):
+    return ('the web server aborted the request (FCGI_ABORT_REQUEST) before the end of '
+            'FCGI_%s' % _stream_name(stream_type))
+
+
 class FastCGIConnection(Connection):
     """A FastCGI connection from the web server (spec 3): requests one after another in this
     thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
@@ -599,12 +609,13 @@ class FastCGIConnection(Connection):
         while not pending:
             if req._ended[stream_type]:
                 return b''
+            if req.aborted:
+                raise ClientDisconnected(_aborted_message(stream_type))
             if not self._events and not self._read_events():
                 raise ClientDisconnected('the web server closed the connection before the '
-                                         'end of FCGI_%s' % ('STDIN' if stream_type ==
-                                                             fcgi.FCGI_STDIN else 'DATA'))
+                                         'end of FCGI_%s' % _stream_name(stream_type))
             ended = req._ended
-            while self._events and not pending and not ended[stream_type]:
+            while self._events and not pending and not ended[stream_type] and not req.aborted:
                 self._dispatch(self._events.popleft())
         return pending.popleft()
 
@@ -718,7 +729,7 @@ class FastCGIConnection(Connection):
         elif record_type == fcgi.FCGI_ABORT_REQUEST:
             req = self._requests.get(request_id)
             if req is not None:
-                req.aborted = True
+                self._on_abort_request(req)
         elif record_type == fcgi.FCGI_GET_VALUES:
             self._on_get_values(payload)
         elif request_id == fcgi.FCGI_NULL_REQUEST_ID:
@@ -749,11 +760,25 @@ class FastCGIConnection(Connection):
         req.keep_conn = bool(flags & fcgi.FCGI_KEEP_CONN)
         self._requests[request_id] = req
 
+    def _on_abort_request(self, req):
+        """Spec 5.4: answer END_REQUEST as soon as possible. The app cannot be interrupted,
+        but a read of its body waiting for STDIN is: it raises ClientDisconnected (the
+        request then ends at once); its later output is dropped (StdoutStream). A request
+        whose PARAMS have not all come yet has not started: it ends here
+        (``fastcgi-abort-request``)."""
+        req.aborted = True
+        if self.multiplexed:
+            for stream_type, spool in req._pending.items():
+                spool.abort(_aborted_message(stream_type))
+        if not req._started:
+            self.end_request(req)
+
     def _on_params(self, request_id, params):
         req = self._requests.get(request_id)
         if req is None:
             return
         req.params = params
+        req._started = True
         if not self.multiplexed:
             req.run()
             return
@@ -795,6 +820,10 @@ class FastCGIConnection(Connection):
         else:
             buffers = stdout.end_buffers() + stderr.end_buffers()
             buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
+        if self.multiplexed:
+            # Inactive before END_REQUEST leaves: the web server may reuse the id at once, and
+            # the reading thread must not take its BEGIN_REQUEST for a duplicate.
+            self._requests.pop(req.requestId, None)
         try:
             self.send(buffers)
         except OSError as exc:
@@ -821,7 +850,11 @@ class FastCGIConnection(Connection):
             # KEEP_CONN: the stream must be at its end before the next request's records.
             # Its end usually came in the same receive as the request (a GET's empty STDIN):
             # taking it from the queue saves the stream's drain -> pull -> dispatch round.
+            # After ABORT_REQUEST nothing more is due: later records for the id are ignored
+            # (spec 3.3), so there is nothing to drain.
             self._discard_queued_input(req)
+            if req.aborted:
+                return
             if not req._ended[fcgi.FCGI_STDIN]:
                 req.stdin.drain()
             if req.role == fcgi.FCGI_FILTER and not req._ended[fcgi.FCGI_DATA]:
