@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -30,6 +31,12 @@ logger = logging.getLogger('flupfast')
 _loggers = {}
 
 _INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
+
+# struct linger {l_onoff = 1, l_linger = 0}: close() then resets the TCP connection.
+_LINGER_RESET = struct.pack('ii', 1, 0)
+# A record header of version 0, which a FastCGI peer must reject (spec 3.3: version 1):
+# nginx aborts the response ("upstream sent unsupported FastCGI protocol version: 0").
+_INVALID_RECORD_HEADER = bytes(fcgi.FCGI_HEADER_LEN)
 
 # One receive buffer per thread, reused by every connection that thread serves: allocating and
 # zeroing 256 KiB per accepted connection costs more than a small request. Safe because the
@@ -126,6 +133,21 @@ class Connection:
                     break
         except OSError:
             pass
+        self.close()
+
+    def end_abruptly(self, unix_signal=b''):
+        """End the connection so that the web server cannot take the response for complete
+        (``truncated-response-signalled``): on TCP a reset (SO_LINGER 0: RST, not FIN); on a
+        Unix socket, which cannot reset, ``unix_signal`` (bytes the protocol forbids) first."""
+        if self.closed:
+            return
+        try:
+            if self._sock.family in (socket.AF_INET, socket.AF_INET6):
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            elif unix_signal:
+                self.send([unix_signal])
+        except OSError:
+            pass  # the peer is gone already: closing is all that is left
         self.close()
 
     def close(self):
@@ -514,8 +536,10 @@ class FastCGIRequest:
             else:
                 traceback.print_exc(file=self.stderr)
                 self.stderr.flush()
-                if not self.stdout.dataWritten:
-                    self.server.error(self)
+                if self.stdout.dataWritten:
+                    self._conn.truncate_request(self)
+                    return
+                self.server.error(self)
                 protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
         self._end(app_status, protocol_status)
 
@@ -863,6 +887,22 @@ class FastCGIConnection(Connection):
             self._requests.pop(req.requestId, None)
             for source in req._sources:
                 source.detach()
+
+    def truncate_request(self, req):
+        """The app failed after its response began: END_REQUEST would pass the part sent for
+        the whole response (nginx and Apache then end the client's response normally).
+        Instead the connection ends abruptly: a reset on TCP; on a Unix socket a close when
+        the web server asked for KEEP_CONN (it takes an early close for an error), else an
+        invalid record first. A multiplexed connection carries other requests: there, only
+        END_REQUEST's appStatus can say it (``truncated-response-signalled``)."""
+        if self.multiplexed:
+            self.end_request(req, 1)
+            return
+        self._requests.pop(req.requestId, None)
+        for source in req._sources:
+            source.detach()
+        self.served += 1
+        self.end_abruptly(b'' if req.keep_conn else _INVALID_RECORD_HEADER)
 
     def _discard_queued_input(self, req):
         """Take the request's input records already received (typically the empty STDIN that

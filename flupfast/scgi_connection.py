@@ -124,7 +124,11 @@ class SCGIRequest:
                 logger.debug('the web server went away: %s', exc)
             else:
                 logger.exception('Exception caught from handler')
-                if not self.stdout.dataWritten:
+                if self.stdout.dataWritten:
+                    # SCGI ends at EOF: only a TCP reset tells the web server the response
+                    # is cut short (``truncated-response-signalled``).
+                    self._conn.end_abruptly()
+                else:
                     self._conn.server.error(self)
         if debug:
             elapsed = datetime.datetime.now() - start
@@ -178,7 +182,8 @@ class SCGIConnection(LoggedConnection):
         req = self.server.requestClass(self, environ, stdin, output)
         with request_deadline(self._timeout, self._timed_out):
             req.run()
-        output.flush()
+        if not self.closed:
+            output.flush()
         self.served = 1
 
     def _answer_overloaded(self):

@@ -489,11 +489,11 @@ NGINX_HTTP = """\
     keepalive_requests 10000;
 
     upstream app {{
-        server unix:{backend_sock};
+        server {backend};
         {keepalive}
     }}
     upstream counted {{
-        server unix:{counted_sock};
+        server {counted};
         {keepalive}
     }}
 
@@ -533,16 +533,23 @@ NGINX_HTTP = """\
 
 
 def start_nginx(server, keep_conn=True, request_buffering=True, master_process=True,
-                mode="thread", name=None):
-    """nginx -> Unix socket -> the server under test; also a counted port via the proxy."""
+                mode="thread", name=None, unix=True):
+    """nginx -> Unix socket (or loopback TCP) -> the server under test; also a counted port
+    via the proxy."""
     require(NGINX, "nginx")
     require_root()
     name = name or "nginx"
     root = make_tempdir(name)
     (root / "tmp").mkdir()
-    backend_sock = root / "backend.sock"
-    counted_sock = root / "counted.sock"
     port, counted_port = free_port(), free_port()
+    if unix:
+        backend_sock, counted_sock = root / "backend.sock", root / "counted.sock"
+        backend, counted = "unix:%s" % backend_sock, "unix:%s" % counted_sock
+        bind, listen, target = backend, str(counted_sock), str(backend_sock)
+    else:
+        backend_port, proxy_port = free_port(), free_port()
+        backend, counted = "127.0.0.1:%d" % backend_port, "127.0.0.1:%d" % proxy_port
+        bind, listen, target = backend, ("127.0.0.1", proxy_port), ("127.0.0.1", backend_port)
     common = "\n".join("            %s" % line for line in (
         "fastcgi_keep_conn %s;" % ("on" if keep_conn else "off"),
         "fastcgi_request_buffering %s;" % ("on" if request_buffering else "off"),
@@ -550,7 +557,7 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
         "fastcgi_send_timeout %ds;" % IO_TIMEOUT,
     ))
     conf = nginx_config(root, NGINX_HTTP.format(
-        backend_sock=backend_sock, counted_sock=counted_sock,
+        backend=backend, counted=counted,
         keepalive="keepalive 4;" if keep_conn else "",
         port=port, counted_port=counted_port, fastcgi_common=common),
         master_process=master_process)
@@ -561,10 +568,10 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
                   keeps_backend_conn=keep_conn, kind="nginx", workdir=root, split="script",
                   spools_chunked=request_buffering,
                   options=dict(keep_conn=keep_conn, request_buffering=request_buffering,
-                               master_process=master_process, mode=mode))
+                               master_process=master_process, mode=mode, unix=unix))
     try:
-        front.processes.append(start_backend(server, root, "unix:%s" % backend_sock, mode=mode))
-        front.counter = ConnCountingProxy(str(counted_sock), str(backend_sock))
+        front.processes.append(start_backend(server, root, bind, mode=mode))
+        front.counter = ConnCountingProxy(listen, target)
         nginx = ManagedProcess(name, [NGINX, "-p", str(root), "-c", str(conf_path),
                                       "-e", str(root / "error.log")],
                                logs=[root / "error.log"], log_dir=root)

@@ -242,24 +242,57 @@ def test_app_raising_before_start_response_gets_flups_500_page(use_backend):
     assert resp.end == (0, 0)
 
 
-def test_app_raising_after_output_truncates(use_backend):
+class _LateResult:
+    """Yields a first chunk, then raises (the app fails after its response began)."""
+
+    def __init__(self, closed):
+        self._closed = closed
+
+    def __iter__(self):
+        yield b'first'
+        raise RuntimeError('late')
+
+    def close(self):
+        self._closed.append(True)
+
+
+@pytest.mark.parametrize('keep_conn', [False, True], ids=['close', 'keep-conn'])
+def test_app_raising_after_output_is_not_passed_off_as_complete(use_backend, keep_conn):
+    """No END_REQUEST, which would make the web server end the client's response as whole
+    (``truncated-response-signalled``): on a Unix socket without KEEP_CONN an invalid record
+    header (version 0), then EOF; with KEEP_CONN the early EOF says it."""
     closed = []
-
-    class Result:
-        def __iter__(self):
-            yield b'first'
-            raise RuntimeError('late')
-
-        def close(self):
-            closed.append(True)
 
     def late(environ, start_response):
         start_response('200 OK', [])
-        return Result()
-    resp = Harness(late).request('/')
-    assert resp.status == 200 and resp.body == b'first'
-    assert b'RuntimeError: late' in resp.stderr
-    assert resp.end == (0, 0) and closed == [True]
+        return _LateResult(closed)
+    harness = Harness(late)
+    with harness.connect() as sock:
+        sock.sendall(request_bytes('/', keep_conn=keep_conn))
+        data = drain_until_eof(sock)
+    harness.join()
+    if keep_conn:
+        records = f.FastCGIParser().feed(data)
+    else:
+        assert data.endswith(bytes(8)), data[-16:]
+        records = f.FastCGIParser().feed(data[:-8])
+    kinds = [kind for kind, _, _ in records]
+    assert f.FCGI_END_REQUEST not in kinds
+    stdout = b''.join(p for kind, _, p in records if kind == f.FCGI_STDOUT)
+    stderr = b''.join(p for kind, _, p in records if kind == f.FCGI_STDERR)
+    assert stdout.endswith(b'\r\n\r\nfirst')
+    assert stderr.count(b'RuntimeError: late') == 1  # the traceback, once
+    assert closed == [True]
+
+
+def test_app_raising_after_output_multiplexed_sets_app_status(use_backend):
+    """A multiplexed connection carries other requests: END_REQUEST with appStatus 1."""
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        return _LateResult([])
+    resp = Harness(late, multiplexed=True).request('/')
+    assert resp.body == b'first' and b'RuntimeError: late' in resp.stderr
+    assert resp.end == (1, f.FCGI_REQUEST_COMPLETE)
 
 
 def test_debug_page_without_cgitb(use_backend):
