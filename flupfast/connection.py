@@ -531,7 +531,9 @@ class FastCGIRequest:
             else:  # the threaded servers' case: no watchdog to arm and disarm
                 protocol_status, app_status = self.server.handler(self)
         except Exception:
-            if is_peer_gone(sys.exc_info()[1]):
+            if self.aborted or is_peer_gone(sys.exc_info()[1]):
+                # Nothing of an aborted request is sent (its ClientDisconnected included):
+                # the web server waits for END_REQUEST only.
                 protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
             else:
                 traceback.print_exc(file=self.stderr)

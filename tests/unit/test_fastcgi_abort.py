@@ -74,6 +74,32 @@ def test_abort_mid_body_ends_the_read_and_answers(use_backend, multiplexed):
 
 
 @pytest.mark.parametrize('multiplexed', [False, True], ids=['single-request', 'multiplexed'])
+def test_abort_mid_body_after_output_still_ends_with_end_request(use_backend, multiplexed):
+    """The app wrote before reading (its response began): the abort is not a failed response
+    (``truncated-response-signalled`` does not apply), END_REQUEST still ends it."""
+    reading = threading.Event()
+
+    def app(environ, start_response):
+        if environ['PATH_INFO'] == '/next':
+            return hello(environ, start_response)
+        write = start_response('200 OK', [])
+        write(b'early ')
+        reading.set()
+        return [environ['wsgi.input'].read()]
+    harness = Harness(app, multiplexed=multiplexed)
+    sock = harness.connect()
+    started_upload(sock)
+    assert reading.wait(ANSWER_BOUND)
+    sock.sendall(abort_record())
+    resp = read_response(sock, timeout=ANSWER_BOUND)
+    assert resp.end == (0, f.FCGI_REQUEST_COMPLETE)
+    sock.sendall(request_bytes('/next', keep_conn=True))
+    assert read_response(sock, timeout=ANSWER_BOUND).body == b'next one'
+    sock.close()
+    harness.join()
+
+
+@pytest.mark.parametrize('multiplexed', [False, True], ids=['single-request', 'multiplexed'])
 def test_abort_before_params_end_answers_without_running_the_app(use_backend, multiplexed):
     ran = []
 
