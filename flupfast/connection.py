@@ -853,7 +853,8 @@ class FastCGIConnection(Connection):
         try:
             self.send(buffers)
         except OSError as exc:
-            if not is_peer_gone(exc):
+            # Closed meanwhile: the reading thread ends a multiplexed connection at EOF.
+            if not (is_peer_gone(exc) or self.closed):
                 raise
             self._requests.pop(req.requestId, None)
             if self.multiplexed:
