@@ -6,12 +6,14 @@ codec, dispatch events, send responses, and close cleanly.
 No WSGI here (gateway.py) and no accept loop or process model (serving/).
 """
 import collections
+import fcntl
 import logging
 import os
 import signal
 import socket
 import struct
 import sys
+import termios
 import threading
 import time
 import traceback
@@ -21,7 +23,8 @@ from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
-                             MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE)
+                             MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE,
+                             RESET_DRAIN_SECONDS)
 from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
@@ -34,6 +37,7 @@ _INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
 
 # struct linger {l_onoff = 1, l_linger = 0}: close() then resets the TCP connection.
 _LINGER_RESET = struct.pack('ii', 1, 0)
+_INT_ZERO = struct.pack('i', 0)
 # A record header of version 0, which a FastCGI peer must reject (spec 3.3: version 1):
 # nginx aborts the response ("upstream sent unsupported FastCGI protocol version: 0").
 _INVALID_RECORD_HEADER = bytes(fcgi.FCGI_HEADER_LEN)
@@ -50,6 +54,21 @@ def _receive_buffer():
         buf = _thread_state.recv_buf = bytearray(RECV_BUFFER_SIZE)
         _thread_state.recv_view = memoryview(buf)
     return buf, _thread_state.recv_view
+
+
+def _wait_sent(sock, seconds):
+    """Wait until the kernel has sent, and the peer acknowledged, what was written to ``sock``
+    (SIOCOUTQ, Linux), for at most ``seconds``; elsewhere return at once."""
+    deadline = time.monotonic() + seconds
+    delay = 0.001
+    try:
+        while struct.unpack('i', fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, _INT_ZERO))[0]:
+            if time.monotonic() + delay > deadline:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    except (OSError, AttributeError):
+        pass  # no SIOCOUTQ here (TIOCOUTQ is SIOCOUTQ on Linux)
 
 
 def server_stopping(server):
@@ -143,6 +162,7 @@ class Connection:
             return
         try:
             if self._sock.family in (socket.AF_INET, socket.AF_INET6):
+                _wait_sent(self._sock, RESET_DRAIN_SECONDS)
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
             elif unix_signal:
                 self.send([unix_signal])

@@ -8,6 +8,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 import pytest
 
@@ -283,6 +284,46 @@ def test_app_raising_after_output_is_not_passed_off_as_complete(use_backend, kee
     assert stdout.endswith(b'\r\n\r\nfirst')
     assert stderr.count(b'RuntimeError: late') == 1  # the traceback, once
     assert closed == [True]
+
+
+def test_app_raising_after_output_over_tcp_resets_after_the_traceback(use_backend):
+    """Over TCP the failed response ends with a reset, once what was sent has left: a reset
+    discards what is still queued, and the traceback on STDERR is sent last. The web server
+    here reads late, so megabytes are still queued when the app raises."""
+    big = b'b' * (8 << 20)
+
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        yield big
+        raise RuntimeError('late')
+    server = fcgi_base.BaseFCGIServer(late)
+    with socket.create_server(('127.0.0.1', 0)) as listener:
+        ours = socket.create_connection(listener.getsockname())
+        theirs, addr = listener.accept()
+    conn = server._connectionClass(theirs, addr, server, None)
+    thread = threading.Thread(target=conn.run, daemon=True)
+    thread.start()
+    with ours:
+        ours.settimeout(10)
+        ours.sendall(request_bytes('/', keep_conn=True))
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        time.sleep(0.3)  # the web server busy elsewhere: the backend's send queue fills
+        data, reset = b'', False
+        try:
+            while True:
+                chunk = ours.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        except ConnectionResetError:
+            reset = True
+    thread.join(10)
+    assert reset
+    records = f.FastCGIParser().feed(data)
+    assert f.FCGI_END_REQUEST not in [kind for kind, _, _ in records]
+    stderr = b''.join(p for kind, _, p in records if kind == f.FCGI_STDERR)
+    assert b'RuntimeError: late' in stderr
+    assert sum(len(p) for kind, _, p in records if kind == f.FCGI_STDOUT) > len(big)
 
 
 def test_app_raising_after_output_multiplexed_sets_app_status(use_backend):
