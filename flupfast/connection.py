@@ -154,15 +154,26 @@ class Connection:
             pass
         self.close()
 
-    def end_abruptly(self, unix_signal=b''):
+    def end_abruptly(self, unix_signal=b'', drain=None):
         """End the connection so that the web server cannot take the response for complete
         (``truncated-response-signalled``): on TCP a reset (SO_LINGER 0: RST, not FIN); on a
-        Unix socket, which cannot reset, ``unix_signal`` (bytes the protocol forbids) first."""
+        Unix socket, which cannot reset, ``unix_signal`` (bytes the protocol forbids) first.
+
+        ``drain(deadline)`` first reads what the web server still sends of the request:
+        mod_proxy_fcgi and mod_proxy_scgi send all of it (a GET's empty STDIN too) before
+        they read the answer, and a reset meeting them mid-send loses the traceback."""
         if self.closed:
             return
+        deadline = time.monotonic() + RESET_DRAIN_SECONDS
+        try:
+            if drain is not None:
+                self._sock.settimeout(RESET_DRAIN_SECONDS)
+                drain(deadline)
+        except (OSError, ProtocolError):
+            pass  # gone, silent too long, or garbage: the reset is all that is left
         try:
             if self._sock.family in (socket.AF_INET, socket.AF_INET6):
-                _wait_sent(self._sock, RESET_DRAIN_SECONDS)
+                _wait_sent(self._sock, max(0.0, deadline - time.monotonic()))
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
             elif unix_signal:
                 self.send([unix_signal])
@@ -921,11 +932,20 @@ class FastCGIConnection(Connection):
         if self.multiplexed:
             self.end_request(req, 1)
             return
-        self._requests.pop(req.requestId, None)
-        for source in req._sources:
-            source.detach()
         self.served += 1
-        self.end_abruptly(b'' if req.keep_conn else _INVALID_RECORD_HEADER)
+        try:
+            self.end_abruptly(b'' if req.keep_conn else _INVALID_RECORD_HEADER,
+                              lambda deadline: self._discard_input(req, deadline))
+        finally:
+            self._requests.pop(req.requestId, None)
+            for source in req._sources:
+                source.detach()
+
+    def _discard_input(self, req, deadline):
+        """Read and drop the rest of ``req``'s STDIN until its end or ``deadline``."""
+        self._discard_queued_input(req)
+        while not req._ended[fcgi.FCGI_STDIN] and time.monotonic() < deadline:
+            self._pull(req, fcgi.FCGI_STDIN)
 
     def _discard_queued_input(self, req):
         """Take the request's input records already received (typically the empty STDIN that

@@ -286,6 +286,56 @@ def test_app_raising_after_output_is_not_passed_off_as_complete(use_backend, kee
     assert closed == [True]
 
 
+def tcp_connection(app):
+    """(our end of a loopback TCP connection served by ``app``, the serving thread)."""
+    server = fcgi_base.BaseFCGIServer(app)
+    with socket.create_server(('127.0.0.1', 0)) as listener:
+        ours = socket.create_connection(listener.getsockname())
+        theirs, addr = listener.accept()
+    conn = server._connectionClass(theirs, addr, server, None)
+    thread = threading.Thread(target=conn.run, daemon=True)
+    thread.start()
+    ours.settimeout(10)
+    return ours, thread
+
+
+def read_until_reset(sock):
+    data = b''
+    try:
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                return data, False
+            data += chunk
+    except ConnectionResetError:
+        return data, True
+
+
+def test_app_raising_after_output_waits_for_the_request_end_before_the_reset(use_backend):
+    """mod_proxy_fcgi sends the whole request (a GET's empty STDIN too) before it reads the
+    answer: a reset meeting it mid-send makes it report a send error and never read the
+    traceback. The request's input is read to its end first."""
+    started = threading.Event()
+
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        started.set()
+        yield b'first'
+        raise RuntimeError('late')
+    ours, thread = tcp_connection(late)
+    with ours:
+        head, rest = request_bytes('/', body=b'p' * 100000, keep_conn=True, split=True)
+        ours.sendall(head)
+        assert started.wait(10)
+        time.sleep(0.2)  # the app has raised meanwhile: the web server is still sending
+        ours.sendall(rest)  # without the drain: EPIPE/ECONNRESET here
+        data, reset = read_until_reset(ours)
+    thread.join(10)
+    assert reset
+    records = f.FastCGIParser().feed(data)
+    assert b'RuntimeError: late' in b''.join(p for k, _, p in records if k == f.FCGI_STDERR)
+
+
 def test_app_raising_after_output_over_tcp_resets_after_the_traceback(use_backend):
     """Over TCP the failed response ends with a reset, once what was sent has left: a reset
     discards what is still queued, and the traceback on STDERR is sent last. The web server
@@ -296,27 +346,12 @@ def test_app_raising_after_output_over_tcp_resets_after_the_traceback(use_backen
         start_response('200 OK', [])
         yield big
         raise RuntimeError('late')
-    server = fcgi_base.BaseFCGIServer(late)
-    with socket.create_server(('127.0.0.1', 0)) as listener:
-        ours = socket.create_connection(listener.getsockname())
-        theirs, addr = listener.accept()
-    conn = server._connectionClass(theirs, addr, server, None)
-    thread = threading.Thread(target=conn.run, daemon=True)
-    thread.start()
+    ours, thread = tcp_connection(late)
     with ours:
-        ours.settimeout(10)
         ours.sendall(request_bytes('/', keep_conn=True))
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         time.sleep(0.3)  # the web server busy elsewhere: the backend's send queue fills
-        data, reset = b'', False
-        try:
-            while True:
-                chunk = ours.recv(1 << 20)
-                if not chunk:
-                    break
-                data += chunk
-        except ConnectionResetError:
-            reset = True
+        data, reset = read_until_reset(ours)
     thread.join(10)
     assert reset
     records = f.FastCGIParser().feed(data)
