@@ -286,13 +286,14 @@ class AJPConnection(LoggedConnection):
         else:
             with request_deadline(self._timeout, self._timed_out):
                 req.run()
-        self.served += 1
         if req.truncated:
             # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
             # the client's response unfinished (``truncated-response-signalled``).
+            self.served += 1
             self.close()
             return False
         body.finish()
+        self.served += 1
         # The wire is clean now (the web server sends body chunks only when asked, and the
         # unsolicited first one was taken), so reuse, unless a prefork child retires.
         reuse = self.max_requests is None or self.served < self.max_requests
