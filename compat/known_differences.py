@@ -373,8 +373,10 @@ DIFFERENCES = [
         'AJP closes without END_RESPONSE; SCGI resets a TCP connection (over a Unix socket SCGI '
         'has no way to say it). curl through nginx, mod_proxy_fcgi, mod_proxy_ajp and nginx '
         'scgi_pass then fails (exit 18; Apache leaves a kept-alive client waiting for '
-        'KeepAliveTimeout first), mod_fcgid and mod_proxy_scgi answer 500 when they had not '
-        'sent the head yet; the fronts serve the next request',
+        'KeepAliveTimeout first; lighttpd only with server.stream-response-body 1 or 2: by '
+        'default it buffers and sends the part with a Content-Length), mod_fcgid and '
+        'mod_proxy_scgi answer 500 when they had not sent the head yet; the fronts serve the '
+        'next request',
         'a cut-off download must not pass for a complete one'),
     Difference(
         'fastcgi-refused-peer-logged', 'fcgi.py:98-102, fcgi_fork.py:124-128, fcgi_single.py:103',
