@@ -347,6 +347,37 @@ DIFFERENCES = [
         'raises TimeoutException in that thread; a blocking call in the main thread is '
         'interrupted with SIGRTMIN+3; the app\'s SIGALRM handler and alarm are left alone',
         'an app\'s own alarms and threads must survive the server\'s timeouts'),
+    # Issue 23: aborted requests and failed responses.
+    Difference(
+        'fastcgi-abort-request', 'fcgi_base.py:778-786, :251-275',
+        'only marks the request aborted: an app reading wsgi.input waits for STDIN that never '
+        'comes, and END_REQUEST goes out only when the web server closes the connection (a '
+        'request that declared 1 MiB, sent 64 KiB, then ABORT_REQUEST: no answer in 3 s)',
+        'the pending wsgi.input read raises ClientDisconnected, END_REQUEST(REQUEST_COMPLETE) '
+        'follows at once (a few ms in every mode), nothing of the aborted request\'s output is '
+        'sent, and a KEEP_CONN connection serves the next request; a request aborted before '
+        'its PARAMS end is answered without running the app. Aborted after its body, the app '
+        'runs to completion as in flup (it cannot be interrupted safely)',
+        'spec 5.4: the application answers END_REQUEST as soon as possible'),
+    Difference(
+        'truncated-response-signalled', 'fcgi_base.py:577-598, ajp_base.py:488-499, '
+        'scgi_base.py:185-189',
+        'when the app fails after its response began, logs the traceback and ends the request '
+        'normally (FastCGI END_REQUEST, AJP END_RESPONSE, SCGI close): nginx, Apache and '
+        'lighttpd give the browser 200, the partial body and a final chunk, a truncated '
+        'download that looks whole',
+        'logs the traceback as flup does, then ends the connection so the front sees a failed '
+        'backend: FastCGI sends no END_REQUEST and resets a TCP connection (on a Unix socket: '
+        'closes, after an invalid record header when the web server did not ask for '
+        'KEEP_CONN; a multiplexed connection answers END_REQUEST with appStatus 1 instead); '
+        'AJP closes without END_RESPONSE; SCGI resets a TCP connection (over a Unix socket SCGI '
+        'has no way to say it). curl through nginx, mod_proxy_fcgi, mod_proxy_ajp and nginx '
+        'scgi_pass then fails (exit 18; Apache leaves a kept-alive client waiting for '
+        'KeepAliveTimeout first; lighttpd only with server.stream-response-body 1 or 2: by '
+        'default it buffers and sends the part with a Content-Length), mod_fcgid and '
+        'mod_proxy_scgi answer 500 when they had not sent the head yet; the fronts serve the '
+        'next request',
+        'a cut-off download must not pass for a complete one'),
     Difference(
         'fastcgi-refused-peer-logged', 'fcgi.py:98-102, fcgi_fork.py:124-128, fcgi_single.py:103',
         'closes a connection from a peer outside FCGI_WEB_SERVER_ADDRS without a word',

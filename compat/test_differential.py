@@ -236,10 +236,25 @@ def test_error_page(pair):
     assert b'<h1>Unhandled Exception</h1>' in answer.body
 
 
+@differs('truncated-response-signalled')
 def test_error_after_first_chunk(pair):
-    """An exception after the first chunk: the response is cut, no error page."""
-    answer = same(on_both(pair, lambda b: b.request('/error-after')))
-    assert (answer.status, answer.body) == (200, probe.ERROR_AFTER_FIRST)
+    """An exception after the first chunk: no error page. flup ends the request as if the
+    response were whole (END_REQUEST, END_RESPONSE with reuse, or a plain close); flupfast
+    ends the TCP connection without that end (a reset, or for AJP a close), which the web
+    server reports as a failed backend."""
+    def outcome(answer):  # what tells the web server the response is whole
+        if not isinstance(answer, d.Answer):
+            return answer
+        return answer.status, answer.body, answer.extra.get('end'), answer.extra.get('reuse')
+    results = {impl: outcome(answer) for impl, answer
+               in on_both(pair, lambda b: b.request('/error-after')).items()}
+    flup, ours = deviates('truncated-response-signalled', results)
+    end = {'fcgi': (0, f.FCGI_REQUEST_COMPLETE), 'ajp': None}.get(protocol_of(pair))
+    reuse = True if protocol_of(pair) == 'ajp' else None
+    assert flup == (200, probe.ERROR_AFTER_FIRST, end, reuse)
+    # A reset, a close, or the part sent without its end (read before the reset arrived).
+    assert ours in (RESET, CLOSED, (200, probe.ERROR_AFTER_FIRST, None, None)), ours
+    assert same(on_both(pair, lambda b: b.request('/'))).body == probe.HELLO
 
 
 @differs('fastcgi-maxwrite')
@@ -455,6 +470,36 @@ def test_fcgi_get_values(pair):
     if mode_of(pair) == 'single':
         assert values[f.FCGI_MAX_CONNS] == values[f.FCGI_MAX_REQS] == '1'
     assert_still_serving(pair)
+
+
+@over('fcgi')
+@differs('fastcgi-abort-request')
+def test_fcgi_abort_request_mid_body(pair):
+    """ABORT_REQUEST while the app reads a body the web server will not finish (1 MiB
+    declared, 64 KiB sent): flup waits for STDIN that never comes; flupfast answers
+    END_REQUEST(REQUEST_COMPLETE) at once, with no output, and serves the next request on the
+    KEEP_CONN connection."""
+    head, _ = fcgi_client.request_bytes('/upload?mode=read', body=b'x', keep_conn=True,
+                                        split=True, params={'CONTENT_LENGTH': str(1 << 20)})
+    wire = (head + f.encode_record(f.FCGI_STDIN, 1, bytes(65528))
+            + f.encode_record(f.FCGI_STDIN, 1, bytes(8)) + f.encode_record(f.FCGI_ABORT_REQUEST, 1))
+
+    def scenario(backend):
+        conn = backend.connect(timeout=d.patience(backend))
+        try:
+            conn.send(wire)
+            first = conn.read()
+            conn.sock.settimeout(d.IO_TIMEOUT)
+            if first == HUNG:
+                # Let flup's request end (our EOF ends its read) before the next scenario.
+                conn.sock.shutdown(socket.SHUT_WR)
+                return first, conn.read() is not HUNG
+            return first, conn.request('/', keep_conn=True).body
+        finally:
+            conn.close()
+    flup, ours = deviates('fastcgi-abort-request', on_both(pair, scenario))
+    assert flup == (HUNG, True)
+    assert ours == (('end', (0, f.FCGI_REQUEST_COMPLETE)), probe.HELLO)
 
 
 @over('fcgi')

@@ -93,6 +93,7 @@ class AJPRequest:
         self.environ = {}
         self.input = None
         self._headersSent = False
+        self.truncated = False  # the app failed after the response began
         self.logger = _logger
 
     def run(self):
@@ -114,7 +115,9 @@ class AJPRequest:
             if is_peer_gone(exc) or isinstance(exc, AJPError):
                 raise  # the connection cannot go on; it logs and closes
             logger.exception('Exception caught from handler')
-            if not self._headersSent:
+            if self._headersSent:
+                self.truncated = True
+            else:
                 self._conn.server.error(self)
         if debug:
             elapsed = datetime.datetime.now() - start
@@ -286,6 +289,12 @@ class AJPConnection(LoggedConnection):
         else:
             with request_deadline(self._timeout, self._timed_out):
                 req.run()
+        if req.truncated:
+            # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
+            # the client's response unfinished (``truncated-response-signalled``).
+            self.served += 1
+            self.close()
+            return False
         body.finish()
         self.served += 1
         # The wire is clean now (the web server sends body chunks only when asked, and the

@@ -47,6 +47,10 @@ COALESCE_LIMIT = 256 * 1024
 # peer still sends (unread body) for at most this long, so it sees FIN and not RST (uwsgi#614).
 LINGER_SECONDS = 5.0
 
+# Before a reset that marks a response cut short, wait at most this long for what was sent
+# (the traceback on FastCGI STDERR last) to leave our send queue: a reset discards the rest.
+RESET_DRAIN_SECONDS = 1.0
+
 # At most this many iovecs per sendmsg() call (Linux IOV_MAX is 1024).
 MAX_IOVECS = 1024
 

@@ -106,3 +106,32 @@ class TestNginxSingleMode(_ModeSuite):
     identical with flup 1.0.3 and flupfast."""
     mode = "single"
     keep_conn = False
+
+
+class _TcpSuite:
+    """nginx reaching the server over loopback TCP (where a truncated response is signalled
+    with a reset rather than as on a Unix socket): the smoke checks, the failed response and
+    backend connection reuse."""
+    pytestmark = [pytest.mark.peer]
+    keep_conn = True
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def front(cls, server):
+        front = start_nginx(server, keep_conn=cls.keep_conn, unix=False,
+                            name="nginx-tcp-%s" % ("keep" if cls.keep_conn else "nokeep"))
+        yield front
+        front.stop()
+
+    test_hello = FrontSuite.test_hello
+    test_error_page = FrontSuite.test_error_page
+    test_error_after_first_chunk = FrontSuite.test_error_after_first_chunk
+    test_sequential_requests_connection_reuse = FrontSuite.test_sequential_requests_connection_reuse
+
+
+class TestNginxTcpKeepConn(_TcpSuite):
+    keep_conn = True
+
+
+class TestNginxTcpNoKeepConn(_TcpSuite):
+    keep_conn = False

@@ -208,6 +208,24 @@ def test_error_page_is_status_500(use_backend):
     assert web.exchange(request_bytes('GET', '/')).status == 500  # still serving
 
 
+def test_error_after_the_first_chunk_ends_without_end_response(use_backend, caplog):
+    """No END_RESPONSE after a failed response: mod_proxy_ajp takes the close for a failed
+    backend and ends the client's response unfinished (``truncated-response-signalled``)."""
+    def late(environ, start_response):
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        yield b'first'
+        raise RuntimeError('late')
+    h = Harness(late)
+    web = h.connect()
+    with caplog.at_level(logging.ERROR, logger='ajp-wsgi'):
+        r = web.exchange(request_bytes('GET', '/'))
+        assert (r.status, r.body, r.reuse) == (200, b'first', None)
+        assert web.closed()
+        h.join()
+    assert [rec.getMessage() for rec in caplog.records if rec.exc_info] == [
+        'Exception caught from handler']
+
+
 @pytest.mark.parametrize('packet_size, max_data', [(8192, 8184), (65536, 65528)])
 def test_download_split_into_full_packets(use_backend, packet_size, max_data):
     data = bytes(range(256)) * 20000  # ~5 MiB in one bytes object

@@ -8,6 +8,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 import pytest
 
@@ -242,24 +243,132 @@ def test_app_raising_before_start_response_gets_flups_500_page(use_backend):
     assert resp.end == (0, 0)
 
 
-def test_app_raising_after_output_truncates(use_backend):
+class _LateResult:
+    """Yields a first chunk, then raises (the app fails after its response began)."""
+
+    def __init__(self, closed):
+        self._closed = closed
+
+    def __iter__(self):
+        yield b'first'
+        raise RuntimeError('late')
+
+    def close(self):
+        self._closed.append(True)
+
+
+@pytest.mark.parametrize('keep_conn', [False, True], ids=['close', 'keep-conn'])
+def test_app_raising_after_output_is_not_passed_off_as_complete(use_backend, keep_conn):
+    """No END_REQUEST, which would make the web server end the client's response as whole
+    (``truncated-response-signalled``): on a Unix socket without KEEP_CONN an invalid record
+    header (version 0), then EOF; with KEEP_CONN the early EOF says it."""
     closed = []
-
-    class Result:
-        def __iter__(self):
-            yield b'first'
-            raise RuntimeError('late')
-
-        def close(self):
-            closed.append(True)
 
     def late(environ, start_response):
         start_response('200 OK', [])
-        return Result()
-    resp = Harness(late).request('/')
-    assert resp.status == 200 and resp.body == b'first'
-    assert b'RuntimeError: late' in resp.stderr
-    assert resp.end == (0, 0) and closed == [True]
+        return _LateResult(closed)
+    harness = Harness(late)
+    with harness.connect() as sock:
+        sock.sendall(request_bytes('/', keep_conn=keep_conn))
+        data = drain_until_eof(sock)
+    harness.join()
+    if keep_conn:
+        records = f.FastCGIParser().feed(data)
+    else:
+        assert data.endswith(bytes(8)), data[-16:]
+        records = f.FastCGIParser().feed(data[:-8])
+    kinds = [kind for kind, _, _ in records]
+    assert f.FCGI_END_REQUEST not in kinds
+    stdout = b''.join(p for kind, _, p in records if kind == f.FCGI_STDOUT)
+    stderr = b''.join(p for kind, _, p in records if kind == f.FCGI_STDERR)
+    assert stdout.endswith(b'\r\n\r\nfirst')
+    assert stderr.count(b'RuntimeError: late') == 1  # the traceback, once
+    assert closed == [True]
+
+
+def tcp_connection(app):
+    """(our end of a loopback TCP connection served by ``app``, the serving thread)."""
+    server = fcgi_base.BaseFCGIServer(app)
+    with socket.create_server(('127.0.0.1', 0)) as listener:
+        ours = socket.create_connection(listener.getsockname())
+        theirs, addr = listener.accept()
+    conn = server._connectionClass(theirs, addr, server, None)
+    thread = threading.Thread(target=conn.run, daemon=True)
+    thread.start()
+    ours.settimeout(10)
+    return ours, thread
+
+
+def read_until_reset(sock):
+    data = b''
+    try:
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                return data, False
+            data += chunk
+    except ConnectionResetError:
+        return data, True
+
+
+def test_app_raising_after_output_waits_for_the_request_end_before_the_reset(use_backend):
+    """mod_proxy_fcgi sends the whole request (a GET's empty STDIN too) before it reads the
+    answer: a reset meeting it mid-send makes it report a send error and never read the
+    traceback. The request's input is read to its end first."""
+    started = threading.Event()
+
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        started.set()
+        yield b'first'
+        raise RuntimeError('late')
+    ours, thread = tcp_connection(late)
+    with ours:
+        head, rest = request_bytes('/', body=b'p' * 100000, keep_conn=True, split=True)
+        ours.sendall(head)
+        assert started.wait(10)
+        time.sleep(0.2)  # the app has raised meanwhile: the web server is still sending
+        ours.sendall(rest)  # without the drain: EPIPE/ECONNRESET here
+        data, reset = read_until_reset(ours)
+    thread.join(10)
+    assert reset
+    records = f.FastCGIParser().feed(data)
+    assert b'RuntimeError: late' in b''.join(p for k, _, p in records if k == f.FCGI_STDERR)
+
+
+def test_app_raising_after_output_over_tcp_resets_after_the_traceback(use_backend):
+    """Over TCP the failed response ends with a reset, once what was sent has left: a reset
+    discards what is still queued, and the traceback on STDERR is sent last. The web server
+    here reads late, so megabytes are still queued when the app raises."""
+    big = b'b' * (8 << 20)
+
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        yield big
+        raise RuntimeError('late')
+    ours, thread = tcp_connection(late)
+    with ours:
+        ours.sendall(request_bytes('/', keep_conn=True))
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        time.sleep(0.3)  # the web server busy elsewhere: the backend's send queue fills
+        data, reset = read_until_reset(ours)
+    thread.join(10)
+    assert reset
+    records = f.FastCGIParser().feed(data)
+    assert f.FCGI_END_REQUEST not in [kind for kind, _, _ in records]
+    stderr = b''.join(p for kind, _, p in records if kind == f.FCGI_STDERR)
+    assert b'RuntimeError: late' in stderr
+    assert sum(len(p) for kind, _, p in records if kind == f.FCGI_STDOUT) > len(big)
+
+
+def test_app_raising_after_output_multiplexed_sets_app_status(use_backend):
+    """A multiplexed connection carries other requests: END_REQUEST with appStatus 1."""
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        return _LateResult([])
+    resp = Harness(late, multiplexed=True).request('/')
+    assert resp.body == b'first' and b'RuntimeError: late' in resp.stderr
+    assert resp.end == (1, f.FCGI_REQUEST_COMPLETE)
 
 
 def test_debug_page_without_cgitb(use_backend):

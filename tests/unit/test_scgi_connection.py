@@ -196,6 +196,50 @@ def test_app_error_gives_flups_500_page(use_backend, caplog):
                for r in caplog.records)
 
 
+def _late(environ, start_response):
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    yield b'first'
+    raise RuntimeError('late')
+
+
+def _tcp_pair():
+    with socket.create_server(('127.0.0.1', 0)) as listener:
+        ours = socket.create_connection(listener.getsockname())
+        theirs, _ = listener.accept()
+    return ours, theirs
+
+
+@pytest.mark.parametrize('tcp', [True, False], ids=['tcp', 'unix'])
+def test_error_after_the_first_chunk(use_backend, caplog, tcp):
+    """SCGI ends at EOF: over TCP the failed response ends with a reset, which nginx and
+    Apache report as a failed backend; over a Unix socket nothing can say it, the response
+    ends at EOF as in flup (``truncated-response-signalled``). The traceback is logged once."""
+    ours, theirs = _tcp_pair() if tcp else socket.socketpair()
+    conn = scgi_base.Connection(theirs, '', scgi_base.BaseSCGIServer(_late, allowedServers=None),
+                                None)
+    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+        thread = threading.Thread(target=conn.run, daemon=True)
+        thread.start()
+        with ours:
+            ours.settimeout(10)
+            ours.sendall(request_bytes('/'))
+            received = b''
+            try:
+                while True:
+                    data = ours.recv(65536)
+                    if not data:
+                        break
+                    received += data
+                outcome = 'eof'
+            except ConnectionResetError:
+                outcome = 'reset'
+        thread.join(10)
+    assert outcome == ('reset' if tcp else 'eof')
+    assert received.endswith(b'first') or (tcp and not received)
+    assert [rec.getMessage() for rec in caplog.records if rec.exc_info] == [
+        'Exception caught from handler']
+
+
 def test_debug_error_page_shows_the_traceback(use_backend):
     def boom(environ, start_response):
         raise ValueError('visible boom')
