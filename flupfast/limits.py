@@ -88,3 +88,12 @@ FORK_OVERLOAD_WAIT = 5.0
 # short-lived thread, at most this many at once. Each lasts at most OVERLOAD_ANSWER_SECONDS:
 # 16 refuse hundreds of prompt peers a second, and a flood of slow ones adds no more threads.
 MAX_OVERLOAD_ANSWERS = 16
+
+# A peer outside the allow-list is logged once per address per this many seconds (per process):
+# enough to diagnose a misconfigured web server, too few lines for a stranger retrying in a
+# loop to fill the disk.
+REFUSED_PEER_LOG_INTERVAL = 60
+
+# Refused addresses remembered for that; past this many the memory is emptied (a flood from
+# many addresses then logs again, at most this many lines per interval).
+REFUSED_PEERS_REMEMBERED = 1024
