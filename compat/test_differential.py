@@ -73,6 +73,7 @@ SHOWN_ELSEWHERE = {
     'prefork-shutdown-drain': 'tests/reliability/test_faults.py',
     'request-timeout-watchdog': 'tests/reliability/test_faults.py',
     'fastcgi-refused-peer-logged': 'tests/reliability/test_access.py',
+    'allowed-servers-everywhere': 'tests/reliability/test_access.py',
 }
 
 NO_ANSWER = (CLOSED, RESET)
@@ -234,6 +235,36 @@ def test_error_page(pair):
         answer = same(results)
     assert answer.header('Content-Type') == 'text/html'
     assert b'<h1>Unhandled Exception</h1>' in answer.body
+
+
+# What an attacker puts in a URL for an app that copies its query into Location.
+SPLITTING_QUERY = '%0d%0aSet-Cookie:%20admin=1'
+
+
+@differs('response-head-checked')
+def test_response_splitting_refused(pair):
+    """/redirect copies the decoded query into Location: flup hands the web server a header
+    of the client's making; flupfast answers the 500 page and logs the header's name (never
+    its value); both keep serving."""
+    marks = {impl: backend.mark() for impl, backend in pair.items()}
+    results = on_both(pair, lambda b: b.request('/redirect?' + SPLITTING_QUERY))
+    flup, ours = deviates('response-head-checked', results)
+    if protocol_of(pair) == 'ajp':
+        # AJP frames each header by length: the CR LF reach the web server inside the value.
+        assert flup.header('Location') == '/x\r\nSet-Cookie: admin=1'
+    else:
+        assert (flup.status, flup.header('Set-Cookie')) == (302, 'admin=1')
+    assert (ours.status, ours.header('Set-Cookie'), ours.header('Location')) == (500, None, None)
+    assert b'<h1>Unhandled Exception</h1>' in ours.body
+    named = "Value of header b'Location' contains a control character"
+    backend = pair['flupfast']
+    if protocol_of(pair) == 'fcgi':  # the traceback goes to FCGI_STDERR, the web server's log
+        log = ours.extra['stderr'].decode('latin-1')
+    else:
+        assert d.wait_until(lambda: named in backend.log_since(marks['flupfast']), 5)
+        log = backend.log_since(marks['flupfast'])
+    assert named in log and 'admin=1' not in log
+    assert_still_serving(pair)
 
 
 def test_error_after_first_chunk(pair):
