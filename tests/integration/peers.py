@@ -544,6 +544,7 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
     counted_sock = root / "counted.sock"
     port, counted_port = free_port(), free_port()
     common = "\n".join("            %s" % line for line in (
+        'fastcgi_param HTTP_PROXY "";',  # httpoxy (docs/security.md), as the README's recipe
         "fastcgi_keep_conn %s;" % ("on" if keep_conn else "off"),
         "fastcgi_request_buffering %s;" % ("on" if request_buffering else "off"),
         "fastcgi_read_timeout %ds;" % IO_TIMEOUT,
@@ -643,6 +644,7 @@ def start_nginx_scgi(server, unix=False, mode="thread", name=None):
         bind = "127.0.0.1:%d" % backend_port
         backend, counted = bind, "127.0.0.1:%d" % proxy_port
     common = "\n".join("            %s" % line for line in (
+        'scgi_param HTTP_PROXY "";',  # httpoxy (docs/security.md), as the README's recipe
         "scgi_request_buffering on;",
         "scgi_read_timeout %ds;" % IO_TIMEOUT,
         "scgi_send_timeout %ds;" % IO_TIMEOUT,
@@ -683,7 +685,11 @@ LogLevel {loglevel}
 LoadModule mpm_event_module {mods}/mod_mpm_event.so
 LoadModule authz_core_module {mods}/mod_authz_core.so
 LoadModule mime_module {mods}/mod_mime.so
+LoadModule headers_module {mods}/mod_headers.so
 {modules}
+# The httpoxy mitigation of the README's recipes (docs/security.md): a client's "Proxy:"
+# header must not become HTTP_PROXY, which HTTP libraries take for their proxy setting.
+RequestHeader unset Proxy early
 TypesConfig /etc/mime.types
 LogFormat "%h %l %u %t \\"%r\\" %>s %b %D" timed
 CustomLog "{root}/logs/access.log" timed
@@ -1404,6 +1410,16 @@ class FrontSuite:
         assert front_logs_hold(front, named), front.describe()
         assert front.request("GET", "/").body == probe.HELLO
         front.assert_alive()
+
+    @pytest.mark.smoke
+    def test_httpoxy_proxy_header_stopped(self, front):
+        """With the README's httpoxy line (nginx ``fastcgi_param``/``scgi_param HTTP_PROXY
+        ""``, Apache ``RequestHeader unset Proxy early``), a client's ``Proxy:`` header never
+        reaches the app as HTTP_PROXY (docs/security.md)."""
+        resp = front.request("GET", "/environ", headers={"Proxy": "http://evil.example:3128/"})
+        assert resp.status == 200, resp.body[:300]
+        assert resp.json().get("HTTP_PROXY", "") == ""
+        assert "evil.example" not in resp.body.decode("latin-1")
 
     @pytest.mark.parametrize("path", ["/bigheader?size=1048576", "/headers?count=10000"],
                              ids=["1mib-header", "10000-headers"])
