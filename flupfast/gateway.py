@@ -178,6 +178,20 @@ _checked_pairs = {}
 _CHECKED_PAIRS_MAX = 512
 _CACHED_PAIR_BYTES = 1024
 
+
+
+def _cached_pair_typed(pair):
+    """The lookup under ``python -b``: only a (str, str) tuple, as cached, is looked up, so bytes
+    are never compared with str on equal hashes (a BytesWarning there). Otherwise the plain
+    lookup is safe: the bytes sent are always those of a checked pair."""
+    if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str \
+            and type(pair[1]) is str:
+        return _checked_pairs.get(pair)
+    return None
+
+
+_cached_pair = _cached_pair_typed if sys.flags.bytes_warning else _checked_pairs.get
+
 # str header names found to be tokens: apps use a few dozen names, so when a pair's value
 # varies its name costs a set lookup, not a match. Never emptied; at most 512 names.
 _token_names = set()
@@ -222,7 +236,8 @@ def _check_pair(pair):
         name = name.encode('latin-1')
     else:
         known = False
-        name = _to_bytes(name, 'Header name "%s" must be bytes' % (name,))
+        if type(name) is not bytes:
+            raise AssertionError('Header name "%s" must be bytes' % (name,))
     if not known:
         if not _is_token(name):
             raise _bad_name(name)
@@ -236,7 +251,8 @@ def _check_pair(pair):
         value = value.encode('latin-1')
     else:
         printable = False
-        value = _to_bytes(value, 'Value of header "%s" must be bytes' % (name,))
+        if type(value) is not bytes:
+            raise AssertionError('Value of header "%s" must be bytes' % (name,))
     if not printable and _bad_value_char(value):
         raise _bad_value(name)
     checked = (name, value)
@@ -279,7 +295,7 @@ class Response:
         headers = []
         for pair in response_headers:
             try:
-                checked = _checked_pairs.get(pair)
+                checked = _cached_pair(pair)
             except TypeError:  # a list [name, value]: unhashable, checked every time
                 checked = None
             if checked is None:

@@ -2,9 +2,15 @@
 is sent (known_differences 'response-head-checked'): control characters, non-token names,
 malformed statuses are the app's error; HTAB and obs-text stay legal; the caches stay small.
 """
+import os
+import subprocess
+import sys
+
 import pytest
 
 from flupfast import gateway
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Recorder:
@@ -145,3 +151,23 @@ def test_the_caches_stay_bounded():
     [head] = answer('200 OK', [big])
     assert head[2][0] == (b'X-Big', b'v' * (1 << 20))
     assert big not in gateway._checked_pairs  # a 1 MiB value is checked, never kept
+
+
+def test_bytes_headers_warn_of_nothing_under_python_bb():
+    """The pair cache holds str pairs; bytes pairs hash alike, and comparing them with str
+    raises under ``python -bb``: there the lookup takes only (str, str) tuples."""
+    code = '\n'.join([
+        'from flupfast import gateway',
+        'class R:',
+        '    def send_head(self, *a): pass',
+        '    def send_body(self, *a): pass',
+        'for headers in ([("Content-Type", "text/plain")], [(b"Content-Type", b"text/plain")],',
+        '                [("Content-Type", b"text/plain")], [["X", "y"]]):',
+        '    def app(environ, start_response, headers=headers):',
+        '        start_response("200 OK", headers)',
+        '        return [b"x"]',
+        '    gateway.run_application(app, {}, R())',
+        'print("ok")'])
+    done = subprocess.run([sys.executable, '-bb', '-c', code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert (done.returncode, done.stdout) == (0, 'ok\n'), done.stderr
