@@ -383,4 +383,26 @@ DIFFERENCES = [
         'closes a connection from a peer outside FCGI_WEB_SERVER_ADDRS without a word',
         'also logs a warning naming the peer',
         'a refused web server must be diagnosable'),
+    Difference(
+        'response-head-checked', 'fcgi_base.py:1137-1168, scgi_base.py:454-486, '
+        'ajp_base.py:895-927',
+        'sends whatever status and headers the app gives: CR or LF in a value (an app that '
+        'copies the query into Location) adds headers of the client\'s choosing to the '
+        'response (response splitting), and NUL, other control characters and names that '
+        'are not tokens go out too',
+        'start_response raises ResponseHeadError (an AssertionError naming the header, never '
+        'its value) for a control character other than HTAB in a name, value or reason, a name '
+        'that is not an RFC 9110 token, a status that is not 3 digits, a space and a reason: '
+        'the request ends as for any app exception (logged, 500 page). HTAB and latin-1 '
+        'obs-text (0x80-0xFF) in values are sent, as flup sends them',
+        'RFC 9110 5.5 and PEP 3333 forbid control characters in headers; one app bug must not '
+        'let a client set cookies or headers in other users\' responses'),
+    Difference(
+        'allowed-servers-everywhere', 'fcgi.py:98-109, scgi_base.py:389-391, ajp_base.py:835-840',
+        'FastCGI has no allowedServers (only FCGI_WEB_SERVER_ADDRS); SCGI and AJP log every '
+        'refused connection',
+        'allowedServers (keyword and --allowed-servers) also for FastCGI, where '
+        'FCGI_WEB_SERVER_ADDRS still applies; a refusal is logged once per address per minute '
+        'per process; a TCP socket beyond loopback with no allow-list logs one warning',
+        'one allow-list for every protocol; a stranger retrying in a loop must not fill the log'),
 ]

@@ -28,6 +28,7 @@ import pytest
 from compat import differential as d
 from compat.differential import HUNG, CLOSED, RESET, Answer, differs, deviates, on_both, same
 from compat.known_differences import DIFFERENCES
+from flupfast import gateway
 from flupfast.protocols import fastcgi as f
 from tests import ajp_client, fcgi_client, scgi_client
 from tests.apps import probe
@@ -73,6 +74,7 @@ SHOWN_ELSEWHERE = {
     'prefork-shutdown-drain': 'tests/reliability/test_faults.py',
     'request-timeout-watchdog': 'tests/reliability/test_faults.py',
     'fastcgi-refused-peer-logged': 'tests/reliability/test_access.py',
+    'allowed-servers-everywhere': 'tests/reliability/test_access.py',
 }
 
 NO_ANSWER = (CLOSED, RESET)
@@ -234,6 +236,74 @@ def test_error_page(pair):
         answer = same(results)
     assert answer.header('Content-Type') == 'text/html'
     assert b'<h1>Unhandled Exception</h1>' in answer.body
+
+
+# What an attacker puts in a URL for an app that copies its query into Location.
+SPLITTING_QUERY = '%0d%0aSet-Cookie:%20admin=1'
+
+
+@differs('response-head-checked')
+def test_response_splitting_refused(pair):
+    """/redirect copies the decoded query into Location: flup hands the web server a header
+    of the client's making; flupfast answers the 500 page and logs the header's name (never
+    its value); both keep serving."""
+    marks = {impl: backend.mark() for impl, backend in pair.items()}
+    results = on_both(pair, lambda b: b.request('/redirect?' + SPLITTING_QUERY))
+    flup, ours = deviates('response-head-checked', results)
+    if protocol_of(pair) == 'ajp':
+        # AJP frames each header by length: the CR LF reach the web server inside the value.
+        assert flup.header('Location') == '/x\r\nSet-Cookie: admin=1'
+    else:
+        assert (flup.status, flup.header('Set-Cookie')) == (302, 'admin=1')
+    assert (ours.status, ours.header('Set-Cookie'), ours.header('Location')) == (500, None, None)
+    assert b'<h1>Unhandled Exception</h1>' in ours.body
+    named = "Value of header b'Location' contains a control character"
+    backend = pair['flupfast']
+    if protocol_of(pair) == 'fcgi':  # the traceback goes to FCGI_STDERR, the web server's log
+        log = ours.extra['stderr'].decode('latin-1')
+    else:
+        assert d.wait_until(lambda: named in backend.log_since(marks['flupfast']), 5)
+        log = backend.log_since(marks['flupfast'])
+    assert named in log and 'admin=1' not in log
+    assert_still_serving(pair)
+
+
+def rss_kib(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1])
+    raise AssertionError('no VmRSS for %d' % pid)
+
+
+@pytest.mark.parametrize('uri', ['/bigheader?size=1048576', '/headers?count=10000'],
+                         ids=['1mib-header', '10000-headers'])
+@differs('ajp-500-status')
+def test_huge_response_head(pair, uri):
+    """A 1 MiB header and 10,000 headers: FastCGI and SCGI send them, as flup does; over AJP
+    both answer the error page (the head cannot fit an AJP packet), flup with status 200. The
+    server's memory does not grow with the number of such requests, and it keeps serving."""
+    results = on_both(pair, lambda b: b.request(uri))
+    ours = results['flupfast']
+    if protocol_of(pair) == 'ajp':
+        flup, ours = deviates('ajp-500-status', results)
+        assert (flup.status, flup.body) == (200, gateway.ERROR_BODY), flup
+        assert (ours.status, ours.body) == (500, gateway.ERROR_BODY), ours
+    else:
+        assert same(results).status == 200
+        if 'size' in uri:
+            assert ours.header('X-Big') == 'b' * (1 << 20)
+        else:
+            assert len([n for n, _ in ours.headers if n.startswith('X-Header-')]) == 10000
+    backend = pair['flupfast']
+    if mode_of(pair) != 'fork':  # prefork spreads the requests over children that come and go
+        for _ in range(4):
+            backend.request(uri)
+        before = rss_kib(backend.pid)
+        for _ in range(20):
+            backend.request(uri)
+        assert rss_kib(backend.pid) - before < 8 * 1024
+    assert_still_serving(pair)
 
 
 @differs('truncated-response-signalled')

@@ -246,8 +246,9 @@ def build_parser():
     parser.add_argument('--multiplexed', action='store_true',
                         help='FastCGI: serve several requests per connection at once')
     parser.add_argument('--allowed-servers', default=None,
-                        help='SCGI/AJP: comma-separated IPv4 addresses allowed to connect '
-                        '(default: anybody)')
+                        help='comma-separated IP addresses of the web servers allowed to '
+                        'connect over TCP (default: anybody; FastCGI also honours '
+                        'FCGI_WEB_SERVER_ADDRS)')
     parser.add_argument('--ajp-packet-size', type=_number(int, 8192, 'bytes from 8192 to 65536'),
                         default=None,
                         help='AJP: size of the packets sent, as the web server\'s '
@@ -269,9 +270,9 @@ def server_kwargs(args):
             kwargs['bindAddress'] = args.bind
         if args.umask is not None and args.protocol == 'scgi':  # flup's AJP has no umask
             kwargs['umask'] = args.umask
-        if args.allowed_servers:
-            kwargs['allowedServers'] = [a.strip() for a in args.allowed_servers.split(',')]
         kwargs['loggingLevel'] = logging.getLevelName(args.log_level.upper())
+    if args.allowed_servers:
+        kwargs['allowedServers'] = [a.strip() for a in args.allowed_servers.split(',')]
     options = {'minSpare': args.min_spare, 'maxSpare': args.max_spare}
     if args.mode == 'thread':
         options['maxThreads'] = args.max_threads

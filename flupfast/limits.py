@@ -97,3 +97,12 @@ MAX_OVERLOAD_ANSWERS = 16
 # not load is refused while the old code serves on (connections wait in the listen queue
 # meanwhile). An app whose import takes longer than this is refused as if it had failed.
 RELOAD_CHECK_TIMEOUT = 60.0
+
+# A peer outside the allow-list is logged once per address per this many seconds (per process):
+# enough to diagnose a misconfigured web server, too few lines for a stranger retrying in a
+# loop to fill the disk.
+REFUSED_PEER_LOG_INTERVAL = 60
+
+# Refused addresses remembered for that; past this many the memory is emptied (a flood from
+# many addresses then logs again, at most this many lines per interval).
+REFUSED_PEERS_REMEMBERED = 1024

@@ -1,19 +1,25 @@
-"""Protocol-blind socket setup: bind a listening socket, find one inherited on fd 0, tune fds.
+"""Protocol-blind socket setup: bind a listening socket, find one inherited on fd 0, tune fds,
+and the allow-list of peers that may connect (with the warning for a socket open to anybody).
 
-Used by every protocol's facade so the bind/umask/fd-0 rules exist once (flup copies them per
-protocol). It must not accept connections, read or write bytes, or close descriptors it does
-not own (fd 0 in particular).
+Used by every protocol's facade so the bind/umask/fd-0/allow-list rules exist once (flup copies
+them per protocol). It must not accept connections, read or write bytes, or close descriptors
+it does not own (fd 0 in particular).
 """
 import errno
 import grp
+import ipaddress
 import os
 import pwd
 import socket
 import stat
+import time
+
+from flupfast.limits import REFUSED_PEER_LOG_INTERVAL, REFUSED_PEERS_REMEMBERED
 
 __all__ = [
-    "ACCEPT_RETRY_ERRORS", "ACCEPT_EXHAUSTION_ERRNOS", "bind_listen_socket",
+    "ACCEPT_RETRY_ERRORS", "ACCEPT_EXHAUSTION_ERRNOS", "AllowList", "bind_listen_socket",
     "inherited_listen_socket", "is_tcp", "resolve_owner", "set_cloexec", "set_nodelay",
+    "warn_if_exposed",
 ]
 
 # accept() failures that mean "nobody to accept after all": EAGAIN when another process won the
@@ -177,3 +183,105 @@ def inherited_listen_socket(fd=0):
         sock.close()
         raise
     return sock
+
+
+class AllowList:
+    """Who may connect: ``allows(addr)`` for the address ``accept()`` returned.
+
+    ``addresses`` None admits everybody; otherwise (a list, as flup's ``allowedServers``, read
+    at each check) a TCP peer's host must be in it, an exact string compare as flup's (no
+    CIDR, no names; an IPv4-mapped IPv6 peer ``::ffff:a.b.c.d`` counts as ``a.b.c.d``).
+    ``unix_peers``: whether Unix-socket peers are admitted (the socket file's permissions
+    decide who reaches it); ``ipv6_peers``: whether an IPv6 peer may be admitted at all. flup's
+    two rules are two settings of these: ``allowedServers`` (Unix admitted; IPv6 checked,
+    known_differences 'scgi-allowed-servers-ipv6') and FastCGI's FCGI_WEB_SERVER_ADDRS (only
+    listed IPv4 peers: Unix and IPv6 refused, flup fcgi.py:98-100).
+
+    A refusal is logged as a warning naming the peer and ``reason``, once per address per
+    REFUSED_PEER_LOG_INTERVAL in each process: a peer retrying in a loop cannot flood the log.
+    """
+
+    def __init__(self, addresses, unix_peers=True, ipv6_peers=True, logger=None,
+                 reason='', clock=time.monotonic):
+        self.addresses = addresses
+        self.unix_peers = unix_peers
+        self.ipv6_peers = ipv6_peers
+        self.logger = logger
+        self.reason = reason
+        self._clock = clock
+        self._logged = {}  # host -> when its refusal was last logged
+
+    @classmethod
+    def web_server_addrs(cls, addresses, logger=None):
+        """FastCGI's FCGI_WEB_SERVER_ADDRS (spec 3.2), ``addresses`` parsed as flup does
+        (split on commas, stripped); None (the variable unset) admits everybody."""
+        return cls(addresses, unix_peers=False, ipv6_peers=False, logger=logger,
+                   reason='not in FCGI_WEB_SERVER_ADDRS')
+
+    @property
+    def restricted(self):
+        return self.addresses is not None
+
+    def admits(self, addr):
+        """True when ``addr`` may connect (nothing logged)."""
+        addresses = self.addresses
+        if addresses is None:
+            return True
+        if not isinstance(addr, tuple) or not addr:
+            return self.unix_peers  # a Unix peer: '' or a path, never a tuple
+        if len(addr) != 2 and not self.ipv6_peers:
+            return False
+        host = addr[0]
+        if host in addresses:
+            return True
+        return host.startswith('::ffff:') and host[7:] in addresses
+
+    def allows(self, addr):
+        """``admits``, logging a refusal (at most once a minute per address)."""
+        if self.admits(addr):
+            return True
+        if self.logger is not None:
+            self.log_refusal(addr)
+        return False
+
+    def log_refusal(self, addr):
+        host = addr[0] if isinstance(addr, tuple) and addr else 'a Unix socket'
+        now = self._clock()
+        last = self._logged.get(host)
+        if last is not None and now - last < REFUSED_PEER_LOG_INTERVAL:
+            return
+        if len(self._logged) >= REFUSED_PEERS_REMEMBERED:
+            self._logged.clear()
+        self._logged[host] = now
+        # flup's words first (scgi_base.py:391, ajp_base.py:838): sites grep for them.
+        self.logger.warning('Server connection from %s disallowed%s (logged at most once '
+                            'every %d s per address)', host,
+                            ': ' + self.reason if self.reason else '',
+                            REFUSED_PEER_LOG_INTERVAL)
+
+
+def is_loopback(host):
+    """True for a loopback IP address (127.0.0.0/8, ::1, ::ffff:127.x)."""
+    try:
+        address = ipaddress.ip_address(host.split('%', 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, 'ipv4_mapped', None)
+    return (mapped or address).is_loopback
+
+
+def warn_if_exposed(sock, logger, *allow_lists):
+    """One warning when ``sock`` listens on TCP beyond loopback and none of ``allow_lists`` is
+    restricted: whoever reaches the port can run any request, with any environ (REMOTE_USER,
+    HTTPS...), as this process's user. Returns True when it warned."""
+    if not is_tcp(sock) or any(a is not None and a.restricted for a in allow_lists):
+        return False
+    host, port = sock.getsockname()[:2]
+    if is_loopback(host):
+        return False
+    logger.warning('listening on %s port %d, beyond loopback, with no allow-list: anybody who '
+                   'can reach it can run requests as this process\'s user, with any '
+                   'environ (REMOTE_USER, HTTPS...); list the web servers (allowedServers, '
+                   '--allowed-servers, FCGI_WEB_SERVER_ADDRS), bind 127.0.0.1 or use a Unix '
+                   'socket', host or '*', port)
+    return True

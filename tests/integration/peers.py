@@ -554,6 +554,7 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
         backend, counted = "127.0.0.1:%d" % backend_port, "127.0.0.1:%d" % proxy_port
         bind, listen, target = backend, ("127.0.0.1", proxy_port), ("127.0.0.1", backend_port)
     common = "\n".join("            %s" % line for line in (
+        'fastcgi_param HTTP_PROXY "";',  # httpoxy (docs/security.md), as the README's recipe
         "fastcgi_keep_conn %s;" % ("on" if keep_conn else "off"),
         "fastcgi_request_buffering %s;" % ("on" if request_buffering else "off"),
         "fastcgi_read_timeout %ds;" % IO_TIMEOUT,
@@ -653,6 +654,7 @@ def start_nginx_scgi(server, unix=False, mode="thread", name=None):
         bind = "127.0.0.1:%d" % backend_port
         backend, counted = bind, "127.0.0.1:%d" % proxy_port
     common = "\n".join("            %s" % line for line in (
+        'scgi_param HTTP_PROXY "";',  # httpoxy (docs/security.md), as the README's recipe
         "scgi_request_buffering on;",
         "scgi_read_timeout %ds;" % IO_TIMEOUT,
         "scgi_send_timeout %ds;" % IO_TIMEOUT,
@@ -694,7 +696,11 @@ LogLevel {loglevel}
 LoadModule mpm_event_module {mods}/mod_mpm_event.so
 LoadModule authz_core_module {mods}/mod_authz_core.so
 LoadModule mime_module {mods}/mod_mime.so
+LoadModule headers_module {mods}/mod_headers.so
 {modules}
+# The httpoxy mitigation of the README's recipes (docs/security.md): a client's "Proxy:"
+# header must not become HTTP_PROXY, which HTTP libraries take for their proxy setting.
+RequestHeader unset Proxy early
 TypesConfig /etc/mime.types
 LogFormat "%h %l %u %t \\"%r\\" %>s %b %D" timed
 CustomLog "{root}/logs/access.log" timed
@@ -1217,6 +1223,19 @@ def wait_for_log(proc, needle, timeout=5.0):
     return False
 
 
+def front_logs_hold(front, needle, timeout=10.0):
+    """Poll the outputs and log files of the front's processes (web server and backend) until
+    one holds ``needle``; returns whether one did."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in front.processes:
+            if any(needle in tail(path, 1 << 20) for path in [p.output] + p.logs):
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 class FrontSuite:
     """Every check run through a real front. Subclasses (``Test*`` in the test modules)
     provide a ``front`` fixture returning a running :class:`Front`."""
@@ -1383,6 +1402,52 @@ class FrontSuite:
         assert resp.body == FLUP_ERROR_PAGE
         assert resp.headers["content-type"].startswith("text/html")
         # The traceback goes to the FastCGI stderr stream; the server keeps serving.
+        assert front.request("GET", "/").body == probe.HELLO
+        front.assert_alive()
+
+    # ---- what a broken app hands back (issue 15) -------------------------------------------
+    @pytest.mark.smoke
+    def test_response_splitting_refused(self, front, flup_bug):
+        """An app that copies the query into Location, asked for ``?%0d%0aSet-Cookie:...``:
+        a 500, no injected header reaches the client, the log names the header (never its
+        value), and the server keeps serving (known_differences 'response-head-checked')."""
+        flup_bug("start_response passes CR/LF through: response splitting")
+        resp = front.request("GET", "/redirect?%0d%0aSet-Cookie:%20admin=1")
+        assert resp.status == 500, (resp.status, resp.raw_headers)
+        assert resp.body == FLUP_ERROR_PAGE
+        assert not [v for k, v in resp.raw_headers
+                    if k.lower() in ("set-cookie", "location") or "admin" in v]
+        named = "Value of header b'Location' contains a control character"
+        assert front_logs_hold(front, named), front.describe()
+        assert front.request("GET", "/").body == probe.HELLO
+        front.assert_alive()
+
+    @pytest.mark.smoke
+    def test_httpoxy_proxy_header_stopped(self, front):
+        """With the README's httpoxy line (nginx ``fastcgi_param``/``scgi_param HTTP_PROXY
+        ""``, Apache ``RequestHeader unset Proxy early``), a client's ``Proxy:`` header never
+        reaches the app as HTTP_PROXY (docs/security.md)."""
+        resp = front.request("GET", "/environ", headers={"Proxy": "http://evil.example:3128/"})
+        assert resp.status == 200, resp.body[:300]
+        assert resp.json().get("HTTP_PROXY", "") == ""
+        assert "evil.example" not in resp.body.decode("latin-1")
+
+    @pytest.mark.parametrize("path", ["/bigheader?size=1048576", "/headers?count=10000"],
+                             ids=["1mib-header", "10000-headers"])
+    def test_huge_response_head(self, front, path, monkeypatch):
+        """A 1 MiB header, 10,000 headers: the front's clear error (nginx: 502 "upstream sent
+        too big header"; AJP: the 500 page, the head exceeding the packet) or the answer
+        itself (Apache passes 10,000 headers on); never a hang, and the server keeps
+        serving."""
+        monkeypatch.setattr(http.client, "_MAXHEADERS", 20000)  # the client takes them all
+        resp = front.request("GET", path)
+        if resp.status == 200:
+            assert resp.body == probe.HELLO
+            if "count" in path:
+                assert len([k for k, _ in resp.raw_headers if k.startswith("X-Header-")]) \
+                    == 10000
+        else:
+            assert resp.status in (500, 502), (resp.status, resp.body[:300])
         assert front.request("GET", "/").body == probe.HELLO
         front.assert_alive()
 

@@ -153,6 +153,7 @@ class _AjpVariantSuite:
     test_hello = FrontSuite.test_hello
     test_environ_query_string = FrontSuite.test_environ_query_string
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_chunked_upload = FrontSuite.test_chunked_upload
     test_sequential_requests_connection_reuse = FrontSuite.test_sequential_requests_connection_reuse
     test_concurrent_pooled = AjpChecks.test_concurrent_pooled

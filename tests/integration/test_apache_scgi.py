@@ -53,6 +53,7 @@ class TestApacheScgiPathInfo:
     test_hello = FrontSuite.test_hello
     test_environ_query_string = FrontSuite.test_environ_query_string
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
 
     @pytest.mark.parametrize("wire, decoded", [

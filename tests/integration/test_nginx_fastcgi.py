@@ -92,6 +92,7 @@ class _ModeSuite:
     test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
     test_chunked_upload = FrontSuite.test_chunked_upload
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_sequential_requests_connection_reuse = FrontSuite.test_sequential_requests_connection_reuse
 
 

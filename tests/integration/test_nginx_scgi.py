@@ -101,6 +101,7 @@ class _ScgiModeSuite:
     test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
     test_chunked_upload = FrontSuite.test_chunked_upload
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
     test_one_backend_connection_per_request = ScgiChecks.test_one_backend_connection_per_request
 
