@@ -129,11 +129,16 @@ DIFFERENCES = [
     Difference(
         'scgi-netstring-strict', 'scgi_base.py:84-117, :252-262',
         'reads the length one recv(1) per digit and accepts leading zeros, signs and spaces '
-        '(int()); accepts any header order, duplicates and a missing SCGI header',
+        '(int()); accepts any header order, a missing SCGI header and a repeated '
+        'CONTENT_LENGTH (the last one counts)',
         'parses from its receive buffer; rejects leading zeros, non-digits, lengths past the '
-        '1 MiB cap, a non-first or missing CONTENT_LENGTH or one above 2**63 - 1, a missing '
-        'SCGI=1 and duplicate names, each with a log line naming the fault',
-        'the SCGI protocol requires all of these; a lenient parser hides broken peers'),
+        '1 MiB cap, a non-first or missing CONTENT_LENGTH, one above 2**63 - 1 or a repeat '
+        'that contradicts the first, and a missing SCGI=1, each with a log line naming the '
+        'fault. A repeated name keeps its last value, as in flup (nginx before 1.23 sends one '
+        'pair per header line: two Cookie lines). The fronts checked against each rule and '
+        'the tests: docs/front-fidelity.md',
+        'the SCGI protocol requires all of these and no supported front sends them; a lenient '
+        'parser hides broken peers, and a second length is a smuggling risk'),
     Difference(
         'scgi-path-info-decoded-script-name', 'scgi_base.py:538-546',
         'behind Apache mod_proxy_scgi (SCRIPT_NAME = decoded path, no PATH_INFO) cuts the raw '

@@ -5,7 +5,10 @@ No sockets, threads or WSGI here. ``flupfast._speedups`` has a compiled twin of
 
 The request (scgi protocol.txt) is one netstring ``<len>:<block>,`` whose block holds
 ``name NUL value NUL`` pairs, ``CONTENT_LENGTH`` first and ``SCGI`` = ``1`` among them, then
-exactly CONTENT_LENGTH body bytes. The connection closes after the response.
+exactly CONTENT_LENGTH body bytes. The connection closes after the response. A repeated name
+keeps its last value, as flup does: nginx before 1.23 sends one pair per header line (two
+``Cookie`` lines give two HTTP_COOKIE pairs; compat/known_differences.py
+``scgi-netstring-strict``).
 """
 from flupfast.limits import MAX_PARAMS_PAIRS, MAX_SCGI_HEADER_BYTES
 from flupfast.protocols.errors import SCGIError
@@ -75,9 +78,13 @@ def _decode_headers(block, max_pairs):
         if not name:
             raise SCGIError('empty header name')
         name = name.decode('latin-1')
-        if name in environ:
-            raise SCGIError('duplicate header %r' % name)
-        environ[name] = fields[index + 1].decode('latin-1')
+        value = fields[index + 1].decode('latin-1')
+        # The last value wins (flup's dict), except that the body's length must not change
+        # after the first pair framed it: a repeat must say the same.
+        if name == 'CONTENT_LENGTH' and index and value != environ.get(name, value):
+            raise SCGIError('conflicting CONTENT_LENGTH %r after %r'
+                            % (value, environ[name]))
+        environ[name] = value
     if fields[0] != b'CONTENT_LENGTH':
         if 'CONTENT_LENGTH' in environ:
             raise SCGIError('CONTENT_LENGTH is not the first header')

@@ -322,8 +322,8 @@ BAD_REQUESTS = [
     (netstring(b'SCGI\x001\x00CONTENT_LENGTH\x000\x00'), 'is not the first header'),
     (netstring(b'CONTENT_LENGTH\x000\x00'), 'missing SCGI'),
     (netstring(b'CONTENT_LENGTH\x00x\x00SCGI\x001\x00'), 'invalid CONTENT_LENGTH'),
-    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x001\x00A\x00x\x00A\x00y\x00'),
-     'duplicate header'),
+    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x001\x00CONTENT_LENGTH\x001\x00'),
+     'conflicting CONTENT_LENGTH'),
     (b'10:CONTENT_LE', 'closed inside the header netstring'),
 ]
 
