@@ -381,7 +381,7 @@ class Front:
     counted_port: Optional[int] = None       # same front, but via the counting proxy
     counter: Optional[ConnCountingProxy] = None
     keeps_backend_conn: bool = False         # the front asks for FCGI_KEEP_CONN and reuses
-    kind: str = ""                           # nginx | proxy_fcgi | fcgid
+    kind: str = ""                           # nginx | proxy_fcgi | fcgid | lighttpd ...
     options: dict = field(default_factory=dict)
     workdir: Optional[Path] = None
     host: str = "127.0.0.1"
@@ -1450,7 +1450,8 @@ def upload_limit(front, size, port=None):
 
 
 class ScgiChecks:
-    """SCGI checks shared by the nginx and Apache SCGI suites (mixed into FrontSuite ones)."""
+    """SCGI checks shared by the nginx, Apache and lighttpd SCGI suites (mixed into FrontSuite
+    ones)."""
 
     pytestmark = [pytest.mark.peer]
 
