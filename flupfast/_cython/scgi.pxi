@@ -74,9 +74,9 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
     if value_len == 0 or not _all_digits(value, value_len):
         raise SCGIError('invalid CONTENT_LENGTH %r' % length_text)
     scgi = environ.get('SCGI')
-    if scgi is None:
-        raise SCGIError('missing SCGI header')
-    if scgi != '1':
+    # nginx sends SCGI=1 only through the stock scgi_params, so a site's own scgi_param list
+    # may lack it: accepted, as flup does (compat/known_differences.py scgi-netstring-strict).
+    if scgi is not None and scgi != '1':
         raise SCGIError('unsupported SCGI version %r' % scgi)
     return environ, _scgi_content_length(length_text)
 

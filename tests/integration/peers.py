@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import http.client
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -599,6 +600,23 @@ NGINX_SCGI_HTTP = """\
         # The app mounted on a prefix: the regex captures split the decoded $uri.
         location ~ ^(/app)(/.*)$ {{
             include /etc/nginx/scgi_params;
+            scgi_param SCRIPT_NAME $1;
+            scgi_param PATH_INFO $2;
+            scgi_pass {backend};
+{scgi_common}
+        }}
+
+        # A site's own parameter list instead of the stock scgi_params: no SCGI=1 (nginx adds
+        # only CONTENT_LENGTH by itself).
+        location ~ ^(/bare)(/.*)$ {{
+            scgi_param REQUEST_METHOD $request_method;
+            scgi_param REQUEST_URI $request_uri;
+            scgi_param QUERY_STRING $query_string;
+            scgi_param CONTENT_TYPE $content_type;
+            scgi_param SERVER_PROTOCOL $server_protocol;
+            scgi_param SERVER_NAME $server_name;
+            scgi_param SERVER_PORT $server_port;
+            scgi_param REMOTE_ADDR $remote_addr;
             scgi_param SCRIPT_NAME $1;
             scgi_param PATH_INFO $2;
             scgi_pass {backend};
@@ -1194,6 +1212,24 @@ def raw_exchange(address, data, source=None, timeout=10.0):
                 break
             chunks.append(piece)
         return b"".join(chunks)
+
+
+def raw_http(host, port, head, body=b"", expect_continue=False):
+    """Send ``head`` (the request line and header lines, without the blank line: repeated,
+    empty or odd names go out as written) and ``body`` on a fresh connection; returns
+    (response, body bytes, whether a 100 Continue came before the body was sent)."""
+    data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+    with socket.create_connection((host, port), timeout=IO_TIMEOUT) as sock:
+        sock.sendall(data)
+        got_continue = False
+        if expect_continue:
+            # Wait for the interim answer as curl does (it sends the body after 1 s anyway).
+            if select.select([sock], [], [], 5.0)[0]:
+                got_continue = sock.recv(64, socket.MSG_PEEK).startswith(b"HTTP/1.1 100")
+        sock.sendall(body)
+        resp = http.client.HTTPResponse(sock, method=head[0].split(" ", 1)[0])
+        resp.begin()  # skips a 100 Continue
+        return resp, resp.read(), got_continue
 
 
 def wait_for_log(proc, needle, timeout=5.0):

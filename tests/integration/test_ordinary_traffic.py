@@ -9,16 +9,13 @@ header blocks at each front's default limits. docs/front-fidelity.md lists, per 
 compat/known_differences.py and per cap of flupfast/limits.py, the fronts and tests behind it.
 """
 import hashlib
-import http.client
 import json
-import select
-import socket
 from dataclasses import dataclass, replace
 
 import pytest
 
 from .lighttpd import start_lighttpd
-from .peers import (IO_TIMEOUT, expected_sha256, probe, start_apache_fcgid,
+from .peers import (expected_sha256, probe, raw_http, start_apache_fcgid,
                     start_apache_proxy_ajp, start_apache_proxy_fcgi, start_apache_proxy_scgi,
                     start_nginx, start_nginx_scgi)
 
@@ -99,21 +96,7 @@ def front(request, server):
 
 
 def send(front, head, body=b"", expect_continue=False):
-    """Send ``head`` (the request line and header lines, without the blank line) and
-    ``body`` on a fresh connection; returns (response, body bytes, whether a 100 Continue came
-    before the body was sent)."""
-    data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
-    with socket.create_connection((front.host, front.port), timeout=IO_TIMEOUT) as sock:
-        sock.sendall(data)
-        got_continue = False
-        if expect_continue:
-            # Wait for the interim answer as curl does (it sends the body after 1 s anyway).
-            if select.select([sock], [], [], 5.0)[0]:
-                got_continue = sock.recv(64, socket.MSG_PEEK).startswith(b"HTTP/1.1 100")
-        sock.sendall(body)
-        resp = http.client.HTTPResponse(sock, method=head[0].split(" ", 1)[0])
-        resp.begin()  # skips a 100 Continue
-        return resp, resp.read(), got_continue
+    return raw_http(front.host, front.port, head, body, expect_continue)
 
 
 def environ(front, head, **kw):
@@ -129,6 +112,7 @@ def request_line(front, target, version="HTTP/1.1"):
 BASE = ["Host: localhost", "Connection: close"]
 
 
+@pytest.mark.smoke
 def test_repeated_headers(front):
     """Two Cookie and two X-Forwarded-For lines (every site behind a proxy gets them)."""
     env = environ(front, [request_line(front, "/environ")] + BASE + [
