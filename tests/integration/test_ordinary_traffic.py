@@ -66,6 +66,10 @@ APACHE_AJP = replace(APACHE, env_room=65536, odd_names=(("HTTP_X_DOT.NAME", "dot
 LIGHTTPD = Traits(joins=("; ", ", "), empty=False, line_limit=8192, header_room=8192,
                   odd_names=(("HTTP_X_DOT_NAME", "dot"), ("HTTP_X_UNDER", "under")))
 
+# mod_proxy_ajp at its default 8 KiB packet (no ProxyIOBufferSize): the packet, not HTTP, bounds
+# the request line and the headers (past it Apache answers 500 itself, "ajp_marshal_into_msgb").
+APACHE_AJP_8K = replace(APACHE_AJP, env_room=8192, line_limit=7600)
+
 # front id -> (starter, Traits)
 FRONTS = {
     "nginx-fcgi": (lambda s: start_nginx(s, name="ordinary-nginx-fcgi"), NGINX),
@@ -79,6 +83,8 @@ FRONTS = {
     # cannot marshal a request line or header block near its HTTP limits.
     "apache-ajp": (lambda s: start_apache_proxy_ajp(s, io_buffer=65536,
                                                     name="ordinary-apache-ajp"), APACHE_AJP),
+    "apache-ajp-8k": (lambda s: start_apache_proxy_ajp(s, name="ordinary-apache-ajp-8k"),
+                      APACHE_AJP_8K),
     "lighttpd-fcgi": (lambda s: start_lighttpd(s, protocol="fcgi",
                                                name="ordinary-lighttpd-fcgi"), LIGHTTPD),
     "lighttpd-scgi": (lambda s: start_lighttpd(s, protocol="scgi",
@@ -199,10 +205,11 @@ def test_header_block_at_the_front_limit(front):
     buffers, lighttpd's 8 KiB; mod_fcgid and mod_proxy_ajp as much as their one record or
     packet holds."""
     traits = front.traits
-    field = min(traits.field_size, traits.header_room - 300)
+    reserve = min(12000, traits.env_room // 8)  # the rest of the environment, the framing
+    field = min(traits.field_size, traits.header_room - 300, traits.env_room - reserve)
     count = max(1, min(traits.max_fields - len(BASE),
                        (traits.header_room - traits.line_limit - 200) // (field + 2),
-                       (traits.env_room - 12000) // field))
+                       (traits.env_room - reserve) // (field + 4)))
     target = "/environ"
     if traits.header_room > 2 * traits.line_limit and traits.env_room > 1 << 20:
         target = "/environ/%s?%s" % long_target(front)
@@ -247,6 +254,18 @@ def test_content_length_with_leading_zeros(front):
     assert resp.status == 200, (resp.status, body[:300], front.describe()[-3000:])
     got = json.loads(body)
     assert (got["length"], got["sha256"]) == (5, hashlib.sha256(b"hello").hexdigest())
+    # nginx's stock fastcgi_params, mod_proxy_fcgi and mod_proxy_ajp pass the text as sent.
+    assert got["content_length"] in ("5", "0005")
+
+
+@pytest.mark.parametrize("value", ["+5", " 5 5", "5_0", "-5"])
+def test_malformed_content_length_stops_at_the_front(front, value):
+    """What ajp-strict-packets and scgi-netstring-strict refuse in a length never reaches the
+    backend: every front answers 400 itself, and the backend serves on."""
+    resp, body, _ = send(front, ["POST %s HTTP/1.1" % front.url("/upload?mode=read")] + BASE + [
+        "Content-Length: %s" % value], body=b"hello")
+    assert resp.status == 400, (resp.status, body[:300])
+    assert send(front, [request_line(front, "/")] + BASE)[1] == probe.HELLO
 
 
 def test_chunked_body(front):
