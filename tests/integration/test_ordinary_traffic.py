@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import pytest
 
 from .lighttpd import start_lighttpd
-from .peers import (expected_sha256, probe, raw_http, start_apache_fcgid,
-                    start_apache_proxy_ajp, start_apache_proxy_fcgi, start_apache_proxy_scgi,
-                    start_nginx, start_nginx_scgi)
+from .peers import (FLUP_SCGI_UNBOUNDED_INPUT, expected_sha256, probe, raw_http,
+                    start_apache_fcgid, start_apache_proxy_ajp, start_apache_proxy_fcgi,
+                    start_apache_proxy_scgi, start_nginx, start_nginx_scgi)
 
 pytestmark = [pytest.mark.peer]
 
@@ -99,6 +99,23 @@ def front(request, server):
     front.traits = traits
     yield front
     front.stop()
+
+
+@pytest.fixture(autouse=True)
+def _known_flup_bugs(request, server, front):
+    """With FLUPFAST_PEER_SERVERS=flup: flup 1.0.3's known failures in the battery, not run
+    when they would wait for the front's timeout."""
+    if not server.is_flup:
+        return
+    name = request.node.originalname
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    sends_body = name in ("test_expect_100_continue", "test_content_length_with_leading_zeros",
+                          "test_chunked_body") or params.get("method") == "POST"
+    if front.protocol == "scgi" and sends_body:
+        pytest.xfail("flup 1.0.3: " + FLUP_SCGI_UNBOUNDED_INPUT)
+    if front.protocol == "ajp" and (name == "test_chunked_body" or params.get("method") == "PATCH"):
+        pytest.xfail("flup 1.0.3: AJP13 chunked bodies and stored methods (ajp-chunked-body, "
+                     "ajp-secret-stored-method)")
 
 
 def send(front, head, body=b"", expect_continue=False):
