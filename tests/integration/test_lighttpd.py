@@ -13,8 +13,16 @@ from .peers import SCGI_FLUP_BUGS, FrontSuite, ScgiChecks
 
 pytestmark = [pytest.mark.peer]
 
+# Behind lighttpd (not behind nginx, whose STDIN records are cut differently) flup's
+# readline(65536) finds a whole 88 KiB line buffered and returns it (compat/known_differences.py
+# readline-size).
+LIGHTTPD_FCGI_FLUP_BUGS = {"test_upload_modes[mode=readline65536]": (
+    "InputStream.readline(size) returns a whole line past size: readline(65536) returned "
+    "88255 bytes", True)}
+
 
 class TestLighttpdFastcgi(FrontSuite):
+    flup_bugs = LIGHTTPD_FCGI_FLUP_BUGS
     @pytest.fixture(scope="class")
     @classmethod
     def front(cls, server):
@@ -26,6 +34,7 @@ class TestLighttpdFastcgi(FrontSuite):
 class TestLighttpdFastcgiSpawn(FrontSuite):
     """``bin-path``: lighttpd spawns the .fcgi script (Debian's python3 in a venv with the
     server, as for mod_fcgid) and stops it when it stops."""
+    flup_bugs = LIGHTTPD_FCGI_FLUP_BUGS
 
     @pytest.fixture(scope="class")
     @classmethod
