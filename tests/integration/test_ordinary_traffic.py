@@ -48,7 +48,7 @@ class Traits:
 
 
 # nginx: large_client_header_buffers 4 8k; Debian's 1.22.1 refuses more than 1000 header lines
-# ("client sent too many header lines", measured; nginx 1.27's max_headers default).
+# ("client sent too many header lines", measured).
 # A header line of 8190 bytes does not fit a buffer beside what follows it; 8000 does.
 NGINX = Traits(joins=None, line_limit=8192, field_size=8000, max_fields=1000)
 # Apache: LimitRequestLine 8190, LimitRequestFields 100, LimitRequestFieldSize 8190.
@@ -67,7 +67,8 @@ LIGHTTPD = Traits(joins=("; ", ", "), empty=False, line_limit=8192, header_room=
                   odd_names=(("HTTP_X_DOT_NAME", "dot"), ("HTTP_X_UNDER", "under")))
 
 # mod_proxy_ajp at its default 8 KiB packet (no ProxyIOBufferSize): the packet, not HTTP, bounds
-# the request line and the headers (past it Apache answers 500 itself, "ajp_marshal_into_msgb").
+# the request line and the headers (past it Apache answers 400 itself, "ajp_marshal_into_msgb:
+# Error appending the query string", measured with an 8190-byte request line).
 APACHE_AJP_8K = replace(APACHE_AJP, env_room=8192, line_limit=7600)
 
 # front id -> (starter, Traits)
