@@ -36,7 +36,9 @@ DIFFERENCES = [
         'past its PARAMS record into a short value: both requests are served (the second with '
         'default params and "missing FastCGI param" warnings)',
         'closes the connection with a log line naming the fault ("unsupported FastCGI version '
-        '2", "name-value pair runs past the end of PARAMS")',
+        '2", "name-value pair runs past the end of PARAMS"). Checked against nginx 1.22, '
+        'Apache mod_proxy_fcgi and mod_fcgid and lighttpd mod_fastcgi, none of which sends '
+        'either (docs/front-fidelity.md, tests/integration/test_ordinary_traffic.py)',
         'a lenient parser hides broken peers and misreads the rest of the stream'),
     Difference(
         'fastcgi-nagle', 'fcgi_base.py:520-536',
@@ -129,11 +131,18 @@ DIFFERENCES = [
     Difference(
         'scgi-netstring-strict', 'scgi_base.py:84-117, :252-262',
         'reads the length one recv(1) per digit and accepts leading zeros, signs and spaces '
-        '(int()); accepts any header order, duplicates and a missing SCGI header',
+        '(int()); accepts any header order, any SCGI value and a repeated CONTENT_LENGTH '
+        '(the last one counts)',
         'parses from its receive buffer; rejects leading zeros, non-digits, lengths past the '
-        '1 MiB cap, a non-first or missing CONTENT_LENGTH or one above 2**63 - 1, a missing '
-        'SCGI=1 and duplicate names, each with a log line naming the fault',
-        'the SCGI protocol requires all of these; a lenient parser hides broken peers'),
+        '1 MiB cap, a non-first or missing CONTENT_LENGTH, one above 2**63 - 1 or a repeat '
+        'that contradicts the first, and an SCGI version other than 1, each with a log line '
+        'naming the fault. As in flup, a repeated name keeps its last value (nginx before 1.23 '
+        'sends one pair per header line: two Cookie lines) and a missing SCGI header is '
+        'accepted (nginx sends SCGI=1 only through the stock scgi_params). Checked against '
+        'nginx 1.22, Apache mod_proxy_scgi and lighttpd mod_scgi: docs/front-fidelity.md, '
+        'tests/integration/test_ordinary_traffic.py',
+        'the SCGI protocol requires the rest and no supported front sends it; a lenient '
+        'parser hides broken peers, and a second length is a smuggling risk'),
     Difference(
         'scgi-path-info-decoded-script-name', 'scgi_base.py:538-546',
         'behind Apache mod_proxy_scgi (SCRIPT_NAME = decoded path, no PATH_INFO) cuts the raw '
@@ -205,7 +214,10 @@ DIFFERENCES = [
         'ajp-strict-packets', 'ajp_base.py:170-215, :670-730',
         'accepts a Content-Length int() accepts ("+5", " 5", "1_0"), skips string NULs '
         'unchecked and ignores bytes after the attribute list',
-        'rejects each with an AJPError naming the fault and closes the connection',
+        'rejects each with an AJPError naming the fault and closes the connection. Checked '
+        'against Apache mod_proxy_ajp (8 KiB and 64 KiB packets), which answers such a '
+        'Content-Length 400 itself and passes leading zeros, which are accepted '
+        '(docs/front-fidelity.md, tests/integration/test_ordinary_traffic.py)',
         'a lenient parser hides broken peers and invites request smuggling'),
     Difference(
         'ajp-method-baseline-control', 'ajp_base.py:56',

@@ -718,9 +718,11 @@ SCGI_MALFORMED = {
                             'serves'),
     'signed-length': (netstring(scgi_pairs(*GOOD), b'+%d' % len(scgi_pairs(*GOOD))), 'serves'),
     'content-length-not-first': (netstring(scgi_pairs(*(GOOD[1:] + GOOD[:1]))), 'serves'),
-    'no-scgi-header': (netstring(scgi_pairs(GOOD[0], *GOOD[2:])), 'serves'),
-    'duplicate-name': (netstring(scgi_pairs(*GOOD) + scgi_pairs((b'SERVER_PORT', b'81'))),
-                       'serves'),
+    'scgi-version-2': (netstring(scgi_pairs(GOOD[0], (b'SCGI', b'2'), *GOOD[2:])), 'serves'),
+    # A repeated CONTENT_LENGTH that disagrees with the first: flup takes the last, which
+    # is not the length that framed the body.
+    'conflicting-content-length': (netstring(scgi_pairs(*GOOD) + scgi_pairs(
+        (b'CONTENT_LENGTH', b'3'))), 'serves'),
     # flup tries recv(99999999999): a MemoryError traceback in its log.
     'huge-length': (b'99999999999:', 'MemoryError'),
     # 2**63: past any body a web server can send (AJP13 and the FastCGI servers' limit too).
@@ -730,13 +732,39 @@ SCGI_MALFORMED = {
 
 
 @over('scgi')
+def test_scgi_repeated_names(pair):
+    """nginx before 1.23 sends one pair per header line: two Cookie and two X-Forwarded-For
+    lines arrive as repeated HTTP_COOKIE and HTTP_X_FORWARDED_FOR. Both keep the last value
+    and give the app the same environ."""
+    repeats = [('HTTP_COOKIE', 'a=1'), ('HTTP_X_FORWARDED_FOR', '10.0.0.1'),
+               ('HTTP_COOKIE', 'b=2'), ('HTTP_X_FORWARDED_FOR', '10.0.0.2')]
+    results = on_both(pair, lambda b: environ_of(b, extra=repeats))
+    env = same(results)
+    assert (env['HTTP_COOKIE'], env['HTTP_X_FORWARDED_FOR']) == ('b=2', '10.0.0.2')
+    assert_still_serving(pair)
+
+
+@over('scgi')
+def test_scgi_without_scgi_header(pair):
+    """nginx sends SCGI=1 only through the stock scgi_params: a site's own scgi_param list
+    may lack it. Both serve the request with the same environ."""
+    pairs = [(n, b'/environ' if n == b'REQUEST_URI' else v) for n, v in GOOD if n != b'SCGI']
+    results = on_both(pair, lambda b: b.exchange(netstring(scgi_pairs(*pairs))))
+    env = same({impl: comparable(answer.json(), pair[impl])
+                for impl, answer in results.items()})
+    assert 'SCGI' not in env
+    assert (env['REQUEST_METHOD'], env['PATH_INFO']) == ('GET', '/environ')
+    assert_still_serving(pair)
+
+
+@over('scgi')
 @pytest.mark.parametrize('case', sorted(SCGI_MALFORMED))
 @differs('scgi-netstring-strict')
 def test_scgi_malformed(pair, case):
     """Bad netstrings and headers, then our half-close: flupfast answers nothing, logs one
     line naming the fault and serves on. flup closes too, crashes the connection on a huge
     length, or serves what a strict parser rejects (leading zeros, signs, any header order,
-    duplicates, a missing SCGI header)."""
+    a second CONTENT_LENGTH that contradicts the first, an SCGI version other than 1)."""
     check_malformed(pair, *SCGI_MALFORMED[case], key='scgi-netstring-strict')
 
 

@@ -3,16 +3,21 @@
 Codecs, streams and connections import their caps from here so that one place documents them.
 """
 
-# FastCGI PARAMS: mod_fcgid cannot send more than 64 KiB in its single PARAMS record; nginx's
-# large_client_header_buffers default to 4 x 8 KiB. 1 MiB leaves room for huge cookies while
-# stopping a peer from making us buffer without end.
+# FastCGI PARAMS: the largest environment a front builds at its default limits is Apache's,
+# 822 KB (100 header fields of 8190 bytes after an 8190-byte request line, mod_proxy_fcgi and
+# mod_proxy_scgi); nginx's 4 x 8 KiB header buffers make 43 KB, lighttpd's 8 KiB head 8.5 KB,
+# mod_fcgid's single PARAMS record < 64 KiB (docs/front-fidelity.md). 1 MiB holds all of them
+# while stopping a peer from making us buffer without end.
 MAX_PARAMS_BYTES = 1 << 20
 
-# Name-value pairs per request: real front ends send 20-60; 4096 allows headers galore.
+# Name-value pairs per request: real requests make 20-60; at their defaults nginx 1.22 sends at
+# most about 1020 (1000 header lines, one pair each, and its params), lighttpd under 2000 (its
+# 8 KiB request head), Apache about 130 (100 fields).
 MAX_PARAMS_PAIRS = 4096
 
-# SCGI header netstring: the same room as FastCGI's PARAMS. A longer length prefix than this
-# cap's digits is rejected before the block is buffered.
+# SCGI header netstring: the same room as FastCGI's PARAMS (Apache mod_proxy_scgi's largest,
+# 822 KB, fits). A longer length prefix than this cap's digits is rejected before the block is
+# buffered.
 MAX_SCGI_HEADER_BYTES = MAX_PARAMS_BYTES
 
 # PARAMS one FastCGI connection may hold at once, summed over the requests begun on it, as a

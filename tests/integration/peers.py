@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import http.client
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -381,7 +382,7 @@ class Front:
     counted_port: Optional[int] = None       # same front, but via the counting proxy
     counter: Optional[ConnCountingProxy] = None
     keeps_backend_conn: bool = False         # the front asks for FCGI_KEEP_CONN and reuses
-    kind: str = ""                           # nginx | proxy_fcgi | fcgid
+    kind: str = ""                           # nginx | proxy_fcgi | fcgid | lighttpd ...
     options: dict = field(default_factory=dict)
     workdir: Optional[Path] = None
     host: str = "127.0.0.1"
@@ -610,6 +611,23 @@ NGINX_SCGI_HTTP = """\
         # The app mounted on a prefix: the regex captures split the decoded $uri.
         location ~ ^(/app)(/.*)$ {{
             include /etc/nginx/scgi_params;
+            scgi_param SCRIPT_NAME $1;
+            scgi_param PATH_INFO $2;
+            scgi_pass {backend};
+{scgi_common}
+        }}
+
+        # A site's own parameter list instead of the stock scgi_params: no SCGI=1 (nginx adds
+        # only CONTENT_LENGTH by itself).
+        location ~ ^(/bare)(/.*)$ {{
+            scgi_param REQUEST_METHOD $request_method;
+            scgi_param REQUEST_URI $request_uri;
+            scgi_param QUERY_STRING $query_string;
+            scgi_param CONTENT_TYPE $content_type;
+            scgi_param SERVER_PROTOCOL $server_protocol;
+            scgi_param SERVER_NAME $server_name;
+            scgi_param SERVER_PORT $server_port;
+            scgi_param REMOTE_ADDR $remote_addr;
             scgi_param SCRIPT_NAME $1;
             scgi_param PATH_INFO $2;
             scgi_pass {backend};
@@ -1213,6 +1231,24 @@ def raw_exchange(address, data, source=None, timeout=10.0):
         return b"".join(chunks)
 
 
+def raw_http(host, port, head, body=b"", expect_continue=False):
+    """Send ``head`` (the request line and header lines, without the blank line: repeated,
+    empty or odd names go out as written) and ``body`` on a fresh connection; returns
+    (response, body bytes, whether a 100 Continue came before the body was sent)."""
+    data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+    with socket.create_connection((host, port), timeout=IO_TIMEOUT) as sock:
+        sock.sendall(data)
+        got_continue = False
+        if expect_continue:
+            # Wait for the interim answer as curl does (it sends the body after 1 s anyway).
+            if select.select([sock], [], [], 5.0)[0]:
+                got_continue = sock.recv(64, socket.MSG_PEEK).startswith(b"HTTP/1.1 100")
+        sock.sendall(body)
+        resp = http.client.HTTPResponse(sock, method=head[0].split(" ", 1)[0])
+        resp.begin()  # skips a 100 Continue
+        return resp, resp.read(), got_continue
+
+
 def wait_for_log(proc, needle, timeout=5.0):
     """Poll ``proc``'s output until it holds ``needle``; returns whether it did."""
     deadline = time.monotonic() + timeout
@@ -1538,7 +1574,8 @@ def upload_limit(front, size, port=None):
 
 
 class ScgiChecks:
-    """SCGI checks shared by the nginx and Apache SCGI suites (mixed into FrontSuite ones)."""
+    """SCGI checks shared by the nginx, Apache and lighttpd SCGI suites (mixed into FrontSuite
+    ones)."""
 
     pytestmark = [pytest.mark.peer]
 

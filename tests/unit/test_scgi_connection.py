@@ -364,10 +364,10 @@ BAD_REQUESTS = [
     (b'2000000:', 'exceeds the 1048576-byte cap'),
     (netstring(b'SCGI\x001\x00A\x00b\x00'), 'missing CONTENT_LENGTH'),
     (netstring(b'SCGI\x001\x00CONTENT_LENGTH\x000\x00'), 'is not the first header'),
-    (netstring(b'CONTENT_LENGTH\x000\x00'), 'missing SCGI'),
+    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x002\x00'), 'unsupported SCGI version'),
     (netstring(b'CONTENT_LENGTH\x00x\x00SCGI\x001\x00'), 'invalid CONTENT_LENGTH'),
-    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x001\x00A\x00x\x00A\x00y\x00'),
-     'duplicate header'),
+    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x001\x00CONTENT_LENGTH\x001\x00'),
+     'conflicting CONTENT_LENGTH'),
     (b'10:CONTENT_LE', 'closed inside the header netstring'),
 ]
 
