@@ -1,6 +1,6 @@
 """Each deliberate difference from flup 1.0.3: a flup bug we do not copy, with where it lives in
 flup, what flup does, what flupfast does, and why. The differential tests (compat/) take their
-expected differences from here; the README's "Differences from flup" is checked against it.
+expected differences from here; docs/differences.md is rendered from it.
 """
 from collections import namedtuple
 

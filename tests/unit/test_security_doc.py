@@ -18,7 +18,7 @@ DOC = os.path.join(ROOT, 'docs', 'security.md')
 # limits.py constants that size buffers and packets rather than bound a peer; the page names
 # them in one sentence instead of the table.
 NOT_CAPS = {'DEFAULT_MAXWRITE', 'RECV_BUFFER_SIZE', 'COALESCE_LIMIT', 'MAX_IOVECS',
-            'AJP_DEFAULT_PACKET', 'AJP_DEFAULT_MAX_DATA'}
+            'AJP_DEFAULT_PACKET', 'AJP_DEFAULT_MAX_DATA', 'RELOAD_CHECK_TIMEOUT'}
 
 
 def doc():
@@ -76,7 +76,7 @@ def test_a_silent_peer_cannot_hold_an_overloaded_answer(monkeypatch):
 @pytest.mark.parametrize('needle', [
     'fastcgi_param HTTP_PROXY "";', 'scgi_param HTTP_PROXY "";',
     'RequestHeader unset Proxy early'])
-def test_the_readme_recipes_carry_the_httpoxy_lines(needle):
-    with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+def test_the_deployment_recipes_carry_the_httpoxy_lines(needle):
+    with open(os.path.join(ROOT, 'docs', 'deployment.md'), encoding='utf-8') as f:
         assert needle in f.read()
     assert needle in doc()
