@@ -4,6 +4,7 @@ checks of gateway.py are judged by (issue 15: they must cost < 3% of it).
 
     python -m bench.gateway_cost              # runs itself under callgrind with N and 2N
     python -m bench.gateway_cost --loop N     # the loop alone (what callgrind runs)
+    python -m bench.gateway_cost --access-log /tmp/a.log   # with flupfast.ops' access log on
 
 (total(2N) - total(N)) / N is one request, start-up subtracted. No sockets, no protocol:
 a null responder takes the head and body, so the count is the gateway's and the app's.
@@ -56,9 +57,11 @@ class NullResponder:
         pass
 
 
-def loop(n, app):
-    from flupfast import gateway
+def loop(n, app, access_log=None):
+    from flupfast import gateway, ops
     app = APPS[app]
+    if access_log:
+        ops.install(app, access_log=access_log)
     responder = NullResponder()
     for _ in range(n):
         environ = gateway.build_environ(dict(PARAMS), None, None, sys.stderr, True, False,
@@ -67,12 +70,13 @@ def loop(n, app):
         gateway.run_application(app, environ, responder)
 
 
-def count(n, app, workdir):
+def count(n, app, workdir, access_log=None):
     out = os.path.join(workdir, 'cg-%d.out' % n)
     env = dict(os.environ, PYTHONHASHSEED='0')
     subprocess.run(['valgrind', '--tool=callgrind', '--callgrind-out-file=' + out,
                     '--dump-line=no', sys.executable, '-m', 'bench.gateway_cost', '--loop',
-                    str(n), '--app', app], check=True, env=env, capture_output=True)
+                    str(n), '--app', app] + (['--access-log', access_log] if access_log else []),
+                   check=True, env=env, capture_output=True)
     with open(out, 'rb') as f:
         return int(re.search(rb'^(?:summary|totals):\s+(\d+)', f.read(), re.M).group(1))
 
@@ -83,14 +87,17 @@ def main():
     parser.add_argument('-n', type=int, default=20000)
     parser.add_argument('--app', choices=sorted(APPS), default='hello',
                         help='hello (fixed headers) or varying (a new Set-Cookie each time)')
+    parser.add_argument('--access-log', metavar='FILE', default=None,
+                        help='count with the access log on, writing to FILE')
     args = parser.parse_args()
     if args.loop is not None:
-        loop(args.loop, args.app)
+        loop(args.loop, args.app, args.access_log)
         return
     if not shutil.which('valgrind'):
         sys.exit('valgrind is not installed (apt-get install valgrind)')
     with tempfile.TemporaryDirectory() as workdir:
-        one, two = count(args.n, args.app, workdir), count(2 * args.n, args.app, workdir)
+        one = count(args.n, args.app, workdir, args.access_log)
+        two = count(2 * args.n, args.app, workdir, args.access_log)
     print('instructions per %s request through the gateway: %d (N=%d)'
           % (args.app, round((two - one) / args.n), args.n))
 

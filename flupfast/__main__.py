@@ -23,6 +23,7 @@ import time
 import traceback
 
 import flupfast
+from flupfast import ops
 from flupfast.limits import FORK_OVERLOAD_WAIT, RELOAD_CHECK_TIMEOUT
 from flupfast.serving import systemd
 from flupfast.serving.listen import resolve_owner
@@ -208,6 +209,7 @@ def _number(kind, minimum, what):
 
 _count = _number(int, 1, 'a whole number >= 1')
 _seconds = _number(float, 0, 'seconds >= 0')
+_positive_seconds = _number(float, 0.001, 'seconds > 0')
 
 
 def build_parser():
@@ -255,6 +257,20 @@ def build_parser():
                         'ProxyIOBufferSize (default 8192, at most 65536)')
     parser.add_argument('--ajp-secret', default=None,
                         help='AJP: refuse requests without this secret (mod_proxy_ajp secret=)')
+    parser.add_argument('--ping-path', metavar='PATH', default=None,
+                        help='answer PATH (e.g. /ping) without the app, for health checks '
+                        '(PHP-FPM\'s ping.path)')
+    parser.add_argument('--ping-response', metavar='TEXT', default='pong',
+                        help='the body of the ping answer (default pong)')
+    parser.add_argument('--access-log', metavar='FILE', default=None,
+                        help='one line per request to FILE (- for stderr); a rotated file is '
+                        'opened anew within a second')
+    parser.add_argument('--access-log-format', metavar='FORMAT', default=ops.DEFAULT_FORMAT,
+                        help='gunicorn\'s access_log_format atoms (default: the combined '
+                        'format)')
+    parser.add_argument('--slow-log', metavar='SECONDS', type=_positive_seconds, default=None,
+                        help='log the Python stack of a request still running after SECONDS '
+                        '(PHP-FPM\'s request_slowlog_timeout)')
     parser.add_argument('--debug', action='store_true', help='show tracebacks on error pages')
     parser.add_argument('--log-level', type=parse_log_level, default='INFO',
                         help='debug, info, warning, error or critical (default info)')
@@ -295,6 +311,8 @@ def check_usage(args):
             raise UsageError('%s applies to --protocol %s only' % (option, ' or '.join(protocols)))
     if args.ajp_packet_size is not None and args.ajp_packet_size > 65536:
         raise UsageError('--ajp-packet-size must be 8192 to 65536, not %d' % args.ajp_packet_size)
+    if args.ping_path is not None and not args.ping_path.startswith('/'):
+        raise UsageError('--ping-path takes a path such as /ping, not %r' % args.ping_path)
     for option in ('socket_owner', 'socket_mode'):
         if getattr(args, option) is not None and not isinstance(args.bind, str):
             raise UsageError('--%s applies to a Unix socket (--bind unix:/path) only'
@@ -432,6 +450,13 @@ def _main(argv):
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format='%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s')
     app = load_app(args.app) if args.app else demo_app
+    try:
+        app = ops.install(app, ping_path=args.ping_path, ping_response=args.ping_response,
+                          access_log=args.access_log, access_log_format=args.access_log_format,
+                          slow_log=args.slow_log)
+    except OSError as exc:
+        raise StartError('cannot open the access log %s: %s' % (args.access_log,
+                                                               exc.strerror)) from None
     server = build_server(args, app)
     listening = ListeningSocket(server, '%s over %s (%s mode, %s backend)' % (
         args.app or 'the demo app', PROTOCOLS[args.protocol], args.mode, flupfast.BACKEND))

@@ -270,13 +270,14 @@ class Response:
     The checks are flup's asserts with its messages, raised even under ``python -O``.
     """
 
-    __slots__ = ('responder', 'status', 'headers', 'headers_sent', 'result')
+    __slots__ = ('responder', 'status', 'headers', 'headers_sent', 'result', 'sent')
 
     def __init__(self, responder):
         self.responder = responder
         self.status = None
         self.headers = None
         self.headers_sent = False
+        self.sent = 0  # body bytes handed to the responder (None: a file went by sendfile)
         self.result = None
 
     def start_response(self, status, response_headers, exc_info=None):
@@ -314,6 +315,7 @@ class Response:
             data = _to_bytes(data, 'write() argument must be bytes')
         if self.headers_sent:
             if data:
+                self.sent += len(data)
                 self.responder.send_body(data, more)
             return
         if self.status is None:
@@ -329,6 +331,7 @@ class Response:
             else:
                 headers.append((b'Content-Length', str(len(data)).encode('latin-1')))
         self.headers_sent = True
+        self.sent = len(data)
         self.responder.send_head(self.status, headers, data, more)
 
 
@@ -342,6 +345,7 @@ class Response:
         if not self.headers_sent:
             self.headers_sent = True
             self.responder.send_head(self.status, self.headers, b'', False)
+        self.sent = None
         self.responder.send_file(filelike)
         return True
 
@@ -374,6 +378,20 @@ class FileWrapper:
         raise StopIteration
 
 
+# What watches every request of this process (the access and slow logs: flupfast.ops), or
+# None: then a request costs one global read more than without the feature.
+_observer = None
+
+
+def set_observer(observer):
+    """Watch every request of this process: ``observer.begin(environ)`` returns a token before
+    the app is called, ``observer.end(token, response, failed)`` runs once the request is over
+    (``response`` has ``status``, ``headers``, ``headers_sent`` and ``sent``; ``failed`` is
+    true when the app raised). None stops watching."""
+    global _observer
+    _observer = observer
+
+
 def run_application(application, environ, responder, app_lock=None):
     """Call the app and send its result through ``responder``; ``close()`` always called.
 
@@ -383,6 +401,21 @@ def run_application(application, environ, responder, app_lock=None):
     reported by the return value: False when the peer was gone, True otherwise.
     """
     response = Response(responder)
+    observer = _observer
+    if observer is None:
+        return _run(application, environ, response, app_lock)
+    token = observer.begin(environ)
+    failed = True
+    try:
+        done = _run(application, environ, response, app_lock)
+        failed = False
+        return done
+    finally:
+        observer.end(token, response, failed)
+
+
+def _run(application, environ, response, app_lock):
+    responder = response.responder
     if app_lock is not None:
         app_lock.acquire()
     try:
