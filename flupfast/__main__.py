@@ -347,9 +347,9 @@ class ListeningSocket:
       instead of binding; otherwise the server binds, and a failure is one StartError line,
       the same for every protocol;
     - "serving ... on ADDR" is logged, and READY=1 sent to systemd, once it listens;
-    - it is not closed between run()s, so a reload hands it over open (fd 3, as systemd
-      passes it): connections arriving meanwhile wait in its backlog, and a Unix socket's
-      path is never unlinked.
+    - it is not closed when run() ends for a reload, so the reload hands it over open (fd 3,
+      as systemd passes it): connections arriving meanwhile wait in its backlog, and a Unix
+      socket's path is never unlinked; a stop closes it at once, as flup does.
     """
 
     def __init__(self, server, what):
@@ -363,7 +363,14 @@ class ListeningSocket:
         self.server = server
         self._setup = server._setupSocket
         server._setupSocket = self.setup
-        server._cleanupSocket = lambda sock: None
+        server._cleanupSocket = self.cleanup
+
+    def cleanup(self, sock):
+        """When the server stops, close at once: new connections are refused (a front fails
+        over to another backend) while the requests in flight finish. When it reloads, keep
+        the socket for the next run or image."""
+        if not getattr(self.server, '_hupReceived', False):
+            self.close()
 
     def setup(self):
         if self.sock is not None:
