@@ -10,14 +10,15 @@ nginx.py         nginx configs and starters    (lighttpd.py: lighttpd's, importe
 apache.py        Apache configs and starters
 scenarios.py     FrontSuite, ScgiChecks and their helpers
 """
-from tests.integration.apache import (APACHE, APACHE_MODULES, _start_apache,
+from tests.integration.apache import (APACHE, APACHE_BASE_CONF, APACHE_MODULES, _start_apache,
                                       start_apache_fcgid, start_apache_proxy_ajp,
                                       start_apache_proxy_fcgi, start_apache_proxy_scgi)
 from tests.integration.backend_process import free_port
 from tests.integration.fronts import ConnCountingProxy, Front, apache_canonenc
 from tests.integration.http_client import (HTTPClient, Response, is_connection_error, raw_exchange,
                                            raw_http, scgi_request)
-from tests.integration.nginx import NGINX, nginx_config, start_nginx, start_nginx_scgi
+from tests.integration.nginx import (NGINX, NGINX_FRAME, nginx_config, start_nginx,
+                                     start_nginx_scgi)
 from tests.integration.probe_script import FCGID_SCRIPT, fcgid_venv, write_probe_script
 from tests.integration.processes import (IO_TIMEOUT, REPO, SYSTEM_PYTHON, ManagedProcess,
                                          ServerSpec, make_tempdir, remove_tempdir, require,
@@ -29,8 +30,8 @@ from tests.integration.scenarios import (BIG, CHUNKED, FLUP_SCGI_UNBOUNDED_INPUT
                                          probe, upload, upload_limit)
 
 __all__ = [
-    "APACHE", "APACHE_MODULES", "BIG", "CHUNKED", "FCGID_SCRIPT", "FLUP_SCGI_UNBOUNDED_INPUT",
-    "IO_TIMEOUT", "MEDIUM", "NGINX", "REPO", "SCGI_FLUP_BUGS", "SYSTEM_PYTHON",
+    "APACHE", "APACHE_BASE_CONF", "APACHE_MODULES", "BIG", "CHUNKED", "FCGID_SCRIPT", "FLUP_SCGI_UNBOUNDED_INPUT",
+    "IO_TIMEOUT", "MEDIUM", "NGINX", "NGINX_FRAME", "REPO", "SCGI_FLUP_BUGS", "SYSTEM_PYTHON",
     "ConnCountingProxy", "Front", "FrontSuite", "HTTPClient", "ManagedProcess", "Response",
     "ScgiChecks", "ServerSpec", "_start_apache", "apache_canonenc", "check_upload",
     "expected_sha256", "fcgid_venv", "free_port", "front_logs_hold", "is_connection_error",
