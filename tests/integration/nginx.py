@@ -43,6 +43,24 @@ def nginx_config(root, http, master_process=True, worker_connections=512):
                               user="user www-data www-data;" if master_process else "")
 
 
+def _prepare(name):
+    """Skip unless nginx and root are there; (a temp dir with its tmp/, a port, a counted port)."""
+    require(NGINX, "nginx")
+    require_root()
+    root = make_tempdir(name)
+    (root / "tmp").mkdir()
+    return root, free_port(), free_port()
+
+
+def _pass_options(module, *options):
+    """The directives of each location passing to the backend with ``module`` (fastcgi, scgi):
+    the httpoxy line of the README's recipes (docs/security.md), ``options`` (``name value``,
+    prefixed with the module) and the backend timeouts."""
+    lines = (['%s_param HTTP_PROXY "";' % module] + ["%s_%s;" % (module, o) for o in options]
+             + ["%s_%s_timeout %ds;" % (module, way, IO_TIMEOUT) for way in ("read", "send")])
+    return "\n".join("            %s" % line for line in lines)
+
+
 # The http block of start_nginx's config (after NGINX_FRAME's common lines).
 NGINX_HTTP = """\
     client_max_body_size 0;
@@ -96,12 +114,8 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
                 mode="thread", name=None, unix=True):
     """nginx -> Unix socket (or loopback TCP) -> the server under test; also a counted port
     via the proxy."""
-    require(NGINX, "nginx")
-    require_root()
     name = name or "nginx"
-    root = make_tempdir(name)
-    (root / "tmp").mkdir()
-    port, counted_port = free_port(), free_port()
+    root, port, counted_port = _prepare(name)
     if unix:
         backend_sock, counted_sock = root / "backend.sock", root / "counted.sock"
         backend, counted = "unix:%s" % backend_sock, "unix:%s" % counted_sock
@@ -110,13 +124,9 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
         backend_port, proxy_port = free_port(), free_port()
         backend, counted = "127.0.0.1:%d" % backend_port, "127.0.0.1:%d" % proxy_port
         bind, listen, target = backend, ("127.0.0.1", proxy_port), ("127.0.0.1", backend_port)
-    common = "\n".join("            %s" % line for line in (
-        'fastcgi_param HTTP_PROXY "";',  # httpoxy (docs/security.md), as the README's recipe
-        "fastcgi_keep_conn %s;" % ("on" if keep_conn else "off"),
-        "fastcgi_request_buffering %s;" % ("on" if request_buffering else "off"),
-        "fastcgi_read_timeout %ds;" % IO_TIMEOUT,
-        "fastcgi_send_timeout %ds;" % IO_TIMEOUT,
-    ))
+    common = _pass_options("fastcgi",
+                           "keep_conn %s" % ("on" if keep_conn else "off"),
+                           "request_buffering %s" % ("on" if request_buffering else "off"))
     conf = nginx_config(root, NGINX_HTTP.format(
         backend=backend, counted=counted,
         keepalive="keepalive 4;" if keep_conn else "",
@@ -221,12 +231,8 @@ def start_nginx_scgi(server, unix=False, mode="thread", name=None):
     ``scgi_request_buffering on`` (the default, kept explicit): nginx 1.22 with it off
     truncates large uploads, and it turns chunked uploads into Content-Length bodies.
     """
-    require(NGINX, "nginx")
-    require_root()
     name = name or "nginx-scgi"
-    root = make_tempdir(name)
-    (root / "tmp").mkdir()
-    port, counted_port = free_port(), free_port()
+    root, port, counted_port = _prepare(name)
     if unix:
         backend_addr, counted_addr = str(root / "backend.sock"), str(root / "counted.sock")
         bind = "unix:%s" % backend_addr
@@ -236,12 +242,7 @@ def start_nginx_scgi(server, unix=False, mode="thread", name=None):
         backend_addr, counted_addr = ("127.0.0.1", backend_port), ("127.0.0.1", proxy_port)
         bind = "127.0.0.1:%d" % backend_port
         backend, counted = bind, "127.0.0.1:%d" % proxy_port
-    common = "\n".join("            %s" % line for line in (
-        'scgi_param HTTP_PROXY "";',  # httpoxy (docs/security.md), as the README's recipe
-        "scgi_request_buffering on;",
-        "scgi_read_timeout %ds;" % IO_TIMEOUT,
-        "scgi_send_timeout %ds;" % IO_TIMEOUT,
-    ))
+    common = _pass_options("scgi", "request_buffering on")
     conf = nginx_config(root, NGINX_SCGI_HTTP.format(
         port=port, counted_port=counted_port, backend=backend, counted=counted,
         scgi_common=common))

@@ -30,8 +30,9 @@ from tests.integration.scenarios import (BIG, CHUNKED, FLUP_SCGI_UNBOUNDED_INPUT
                                          probe, upload, upload_limit)
 
 __all__ = [
-    "APACHE", "APACHE_BASE_CONF", "APACHE_MODULES", "BIG", "CHUNKED", "FCGID_SCRIPT", "FLUP_SCGI_UNBOUNDED_INPUT",
-    "IO_TIMEOUT", "MEDIUM", "NGINX", "NGINX_FRAME", "REPO", "SCGI_FLUP_BUGS", "SYSTEM_PYTHON",
+    "APACHE", "APACHE_BASE_CONF", "APACHE_MODULES", "BIG", "CHUNKED", "FCGID_SCRIPT",
+    "FLUP_SCGI_UNBOUNDED_INPUT", "IO_TIMEOUT", "MEDIUM", "NGINX", "NGINX_FRAME", "REPO",
+    "SCGI_FLUP_BUGS", "SYSTEM_PYTHON",
     "ConnCountingProxy", "Front", "FrontSuite", "HTTPClient", "ManagedProcess", "Response",
     "ScgiChecks", "ServerSpec", "_start_apache", "apache_canonenc", "check_upload",
     "expected_sha256", "fcgid_venv", "free_port", "front_logs_hold", "is_connection_error",
