@@ -31,7 +31,7 @@ CPU_LOOP = 20000
 
 def _block():
     # 1 MiB of sha256 output: random-looking bytes, a newline about every 256 bytes (random
-    # data's density, as in the flup measurements of peers-and-protocols.md 1.4).
+    # data's density, so readline() meets lines of a realistic length).
     return b"".join(hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(MIB // 32))
 
 

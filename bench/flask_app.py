@@ -1,4 +1,4 @@
-"""The bench's app that is not hello world (issue 18): a small Flask app with a template
+"""The bench's app that is not hello world (the peers part): a small Flask app with a template
 render, a JSON endpoint and a form POST, so a gateway's share is seen at a realistic cost per
 request. Served as ``bench.flask_app:app`` by every server, like ``bench.apps:app``.
 

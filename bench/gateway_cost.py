@@ -1,6 +1,6 @@
 """Instructions per hello request through the WSGI gateway alone (environ, start_response,
 the result loop), counted by ``valgrind --tool=callgrind``: the figure the response-head
-checks of gateway.py are judged by (issue 15: they must cost < 3% of it).
+checks of gateway.py are judged by (they must cost < 3% of it: docs/security.md).
 
     python -m bench.gateway_cost              # runs itself under callgrind with N and 2N
     python -m bench.gateway_cost --loop N     # the loop alone (what callgrind runs)

@@ -37,7 +37,7 @@ from bench.survey import survey  # noqa: E402
 # All parts, and what --quick runs (under 3 minutes): the fronts and FastCGI's instruction
 # counts.
 PARTS = ("fronts", "callgrind", "hello", "upload", "download", "syscalls", "scgi", "ajp")
-# Issue 18's parts, run only when named (--only peers,seeds): the servers a user would pick
+# The parts run only when named (--only peers,seeds): the servers a user would pick
 # instead (gunicorn, mod_wsgi, uWSGI's HTTP socket) and the seeds' scenarios.
 EXTRA_PARTS = ("peers", "seeds")
 
@@ -82,7 +82,7 @@ class Config:
         # instruction counts (bench/scenarios/instructions.py)
         self.callgrind_n = args.callgrind_n or (300 if quick else 500)
         self.callgrind_protocols = ("fcgi",) if quick else ("fcgi", "scgi", "ajp")
-        # issue 18: peers (bench/scenarios/peers.py) and seeds (bench/scenarios/seeds.py)
+        # the peers part (bench/scenarios/peers.py) and seeds (bench/scenarios/seeds.py)
         self.sweep = args.sweep
         self.peer_filter = set(args.peers.split(",")) if args.peers else None
         self.peer_duration = args.duration or (1.0 if quick else 3.0)
@@ -132,7 +132,7 @@ def main(argv=None):
                         help="which parts to run: fronts (behind nginx/Apache, vs flup and "
                         "uWSGI), callgrind (instructions per request), and the direct ones: "
                         "FastCGI hello,upload,download,syscalls; scgi; ajp (default: all of "
-                        "these; --quick: %s); and, only when named, issue 18's peers (gunicorn, "
+                        "these; --quick: %s); and, only when named, peers (gunicorn, "
                         "mod_wsgi, uWSGI --http-socket: hello, 71 KB echo, c1, the Flask app) "
                         "and seeds (--seeds)" % ",".join(QUICK_PARTS))
     parser.add_argument("--sweep", action="store_true",
@@ -248,7 +248,7 @@ def main(argv=None):
                 ajp.run_ajp(kinds, client, workdir, cfg, results, strace)
             save()
         if "peers" in only:
-            log("peers: what a user would pick instead (issue 18)%s" % (
+            log("peers: what a user would pick instead%s" % (
                 ", swept" if cfg.sweep else ""))
             peers.run_peers(info, workdir, client, cfg, results,
                             [a for a in args.apps.split(",") if a])

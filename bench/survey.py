@@ -156,7 +156,7 @@ def _peers(info):
 
 
 def _switch_peers(info):
-    """Issue 18's peers: gunicorn and Flask (PyPI), mod_wsgi, mod_fcgid and mod_cgid (Apache
+    """The peers part's servers: gunicorn and Flask (PyPI), mod_wsgi, mod_fcgid and mod_cgid (Apache
     modules), and Debian's python3 that Apache's own Python runs as www-data."""
     import importlib.metadata as md
     for key, dist, what in (("gunicorn", "gunicorn", "no gunicorn rows"),

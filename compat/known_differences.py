@@ -247,7 +247,7 @@ DIFFERENCES = [
         'until the web server closes it',
         'ends the idle connection\'s wait and stops within a second',
         'mod_fcgid and service managers expect SIGTERM to stop the process'),
-    # -- flup's cgi, paste_factory and clients, and the protocol helpers (issue 5) --------------
+    # -- flup's cgi, paste_factory and clients, and the protocol helpers -----------------------
     Difference(
         'cgi-server-bytes', 'cgi.py:21,40-45',
         'writes the status, headers and body as str to sys.stdout: a bytes body raises '
@@ -316,7 +316,7 @@ DIFFERENCES = [
         'refuses packets over 65536 bytes with their header (the codec\'s AJP_MAX_PACKET); '
         'Record.write sends contentData[:contentLength] with its real length, as version 1',
         'the helpers are the codec\'s checks under flup\'s names'),
-    # Reliability (issue 8): overload, shutdown and timeouts.
+    # Reliability (docs/reliability.md): overload, shutdown and timeouts.
     Difference(
         'threaded-pool-full', 'threadedserver.py:97-103',
         'closes every connection accepted while maxThreads threads are busy: the web server '
@@ -359,7 +359,7 @@ DIFFERENCES = [
         'raises TimeoutException in that thread; a blocking call in the main thread is '
         'interrupted with SIGRTMIN+3; the app\'s SIGALRM handler and alarm are left alone',
         'an app\'s own alarms and threads must survive the server\'s timeouts'),
-    # Issue 23: aborted requests and failed responses.
+    # Aborted requests and failed responses (docs/reliability.md).
     Difference(
         'fastcgi-abort-request', 'fcgi_base.py:778-786, :251-275',
         'only marks the request aborted: an app reading wsgi.input waits for STDIN that never '

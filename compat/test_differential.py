@@ -67,7 +67,7 @@ SHOWN_ELSEWHERE = {
     'flup-clients': 'tests/unit/test_clients.py',
     'connection-internals': 'compat/test_api_surface.py',
     'flup-adapters-strict': 'tests/unit/test_flup_adapters.py',
-    # Reliability (issue 8): shown against flupfast's processes under fault.
+    # Reliability (docs/reliability.md): shown against flupfast's processes under fault.
     'threaded-pool-full': 'tests/reliability/test_faults.py',
     'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',
     'prefork-pool-full': 'tests/reliability/test_faults.py',

@@ -123,7 +123,7 @@ def render_section(results):
 
 
 def evaluate_targets(results):
-    """Issue 6's targets that the fronts part measures."""
+    """The targets the fronts part measures (bench/README.md, "Targets")."""
     fr = results.get("fronts")
     if not fr:
         return []

@@ -1,4 +1,4 @@
-"""The report of issue 18's parts, from the results dict alone: the peers' tables (every
+"""The report of the peers and seeds parts, from the results dict alone: the peers' tables (every
 figure with the settings that won beside it), "what would I pick instead" (flupfast's best
 against each peer's best, behind the same front), and the seeds' scenarios (001, 002's Adj
 Mean, 000, 004)."""
@@ -130,7 +130,7 @@ def render_peers(results):
     peers = results.get("peers")
     if not peers:
         return []
-    lines = ["## What would I pick instead (issue 18)", "",
+    lines = ["## What would I pick instead", "",
              "Each server in a fresh cell behind the same front; figures are medians of the "
              "rounds; [settings] are the ones that won the sweep%s." % (
                  "" if peers.get("sweep") else " (no --sweep: each server's first setting)"),

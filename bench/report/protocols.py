@@ -169,7 +169,7 @@ def render_sections(results):
 
 
 def evaluate_targets(results):
-    """Issue 3 (SCGI) and issue 4 (AJP) targets, for the compiled backend."""
+    """The SCGI and AJP targets (bench/README.md, "Targets"), for the compiled backend."""
     kind = "compiled" if "compiled" in results["kinds"] else "pure"
     out = []
     for level, per in results.get("scgi", {}).get("hello", {}).items():

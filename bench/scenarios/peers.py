@@ -1,4 +1,4 @@
-"""Issue 18: the servers a user compares before switching, side by side in one run, same app,
+"""The peers part: the servers a user compares before switching, side by side in one run, same app,
 same fronts, same machine: flupfast (FastCGI fork and thread), flup 1.0.3, gunicorn (sync,
 gthread), uWSGI's own ``--http-socket`` behind nginx (``proxy_pass`` without and with an
 upstream keepalive pool), and behind Apache (mod_proxy_fcgi, mod_proxy_http, mod_wsgi daemon
@@ -19,7 +19,8 @@ from bench.servers.peers import PEERS
 
 ECHO_SIZE = 71453   # seed 001's POST body
 
-# (front, peer) rows per app; the uwsgi protocol's row (nginx uwsgi_pass) waits for issue 21
+# (front, peer) rows per app; the uwsgi protocol's row (nginx uwsgi_pass) waits for flupfast's
+# uwsgi protocol (not yet written)
 HELLO_ROWS = (
     ("nginx", "flupfast-fcgi-fork"), ("nginx", "flupfast-fcgi-thread"),
     ("nginx", "flup-fcgi-fork"),

@@ -2,7 +2,7 @@
 
   001  a POST of 71,453 bytes echoed back, nginx in front over a Unix socket, 100 concurrent
        clients (``ab -c100 -p``, as the seed ran it): SCGI and FastCGI, flupfast against uWSGI
-       on each; the uwsgi protocol's row waits for flupfast's uwsgi protocol (issue 21)
+       on each; the uwsgi protocol's row waits for flupfast's uwsgi protocol (not yet written)
   002  what a gateway adds to each request: N sequential requests (``ab -n N -c1``), the mean
        time per request minus the app's own time measured in-process ("Adj Mean"): flupfast
        behind Apache (mod_proxy_fcgi, mod_proxy_scgi) and nginx, flup fcgi_fork/scgi_fork,

@@ -1,4 +1,4 @@
-"""The servers a user compares before switching (issue 18), by key: what each one is, its
+"""The servers a user compares before switching (the peers part), by key: what each one is, its
 label in the report, the worker/thread settings the sweep tries (the first is the one used
 without ``--sweep``), and how one is made for a given app and settings. flup's servers keep
 flup's defaults (a user of flup runs them so); flupfast's first setting is its defaults."""
@@ -56,8 +56,8 @@ PEERS = {p.key: p for p in (
 )}
 
 
-# the uwsgi protocol's row (issue 21): nginx uwsgi_pass to flupfast, once flupfast speaks it
-UWSGI_PROTOCOL_PENDING = "waits for flupfast's uwsgi protocol (issue 21)"
+# the uwsgi protocol's row: nginx uwsgi_pass to flupfast, once flupfast speaks it
+UWSGI_PROTOCOL_PENDING = "waits for flupfast's uwsgi protocol"
 
 
 def settings_text(settings):

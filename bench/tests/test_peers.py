@@ -1,4 +1,4 @@
-"""Issue 18's pieces without a server: the peers' command lines and the fronts' configs, ab's
+"""The peers and seeds parts without a server: the peers' command lines and the fronts' configs, ab's
 report parsed, the Adj Mean, the sweep's choice of the best setting, and the peers' and seeds'
 report on made-up results (the measurement itself is ``python -m bench --only peers,seeds``)."""
 import pytest
@@ -295,7 +295,7 @@ def _seeds():
 
 def test_seed_tables():
     md = "\n".join(report.render_seeds({"seeds": _seeds()}))
-    assert "| uwsgi | waits for flupfast's uwsgi protocol (issue 21) | | |" in md
+    assert "| uwsgi | waits for flupfast's uwsgi protocol | | |" in md
     assert "| fcgi | 9000 [defaults] | 4500 [processes=16] | 2.00x |" in md
     assert "| scgi | 9000 [defaults] | not selected | n/a |" in md
     assert "| Baseline (the app alone, in-process) | 1.12 | n/a |" in md
@@ -316,7 +316,7 @@ def test_whole_report_with_peers_and_seeds(tmp_path):
                "seeds": _seeds()}
     results["targets"] = run.all_targets(results)
     md = run.render_markdown(results)
-    assert "## What would I pick instead (issue 18)" in md and "## Seed 002" in md
+    assert "## What would I pick instead" in md and "## Seed 002" in md
     assert "The Flask app: not run: Flask is not installed" in md
 
 

@@ -22,7 +22,8 @@ no PATH_INFO, and flup then slices one out of the raw REQUEST_URI):
   /sleep?ms=N           sleeps, then answers ``slept N``
   /head                 a fixed body with Content-Length, for HEAD requests
   /redirect?<text>      302 with ``Location: /x`` + the percent-decoded query string, as an
-                        app that trusts its input would (response splitting, issue 15)
+                        app that trusts its input would (response splitting:
+                        known_differences 'response-head-checked')
   /bigheader?size=N     a header X-Big of N bytes
   /headers?count=N      N headers X-Header-<i>
 """

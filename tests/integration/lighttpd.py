@@ -2,17 +2,20 @@
 listens on, mod_fastcgi spawning the backend itself (``bin-path``), and mod_scgi.
 
 Owns the lighttpd config and start-up only; processes, backends, the counting proxy, the
-mod_fcgid-style probe script and venv, and the Front they return come from peers.py. lighttpd
-runs in the foreground (``-D``) with its config, pid file, logs and upload spool in the test's
-temp dir, on a free loopback port, and is stopped by PID; as root it drops to www-data like
-the other fronts, otherwise it runs as the caller.
+mod_fcgid-style probe script and venv, and the Front they return come from processes.py,
+fronts.py and probe_script.py (see peers.py). lighttpd runs in the foreground (``-D``) with its
+config, pid file, logs and upload spool in the test's temp dir, on a free loopback port, and is
+stopped by PID; as root it drops to www-data like the other fronts, otherwise it runs as the
+caller.
 """
 import os
 import pwd
 
-from .peers import (FCGID_SCRIPT, Front, ConnCountingProxy, ManagedProcess, free_port,
-                    make_tempdir, require, start_backend, wait_until_connectable,
-                    write_probe_script)
+from tests.integration.backend_process import free_port
+from tests.integration.fronts import ConnCountingProxy, Front
+from tests.integration.probe_script import FCGID_SCRIPT, write_probe_script
+from tests.integration.processes import (ManagedProcess, make_tempdir, require, start_backend,
+                                         wait_until_connectable)
 
 LIGHTTPD = "/usr/sbin/lighttpd"
 

@@ -4,7 +4,7 @@ listening socket as fd 0, as mod_fcgid does), and mod_scgi over loopback TCP.
 
 lighttpd opens one backend connection per request, spools request bodies (a chunked upload
 arrives with CONTENT_LENGTH) and, with ``fix-root-scriptname``, sends SCRIPT_NAME "" and
-PATH_INFO = the decoded path. Checks live in peers.FrontSuite and peers.ScgiChecks.
+PATH_INFO = the decoded path. Checks live in scenarios.FrontSuite and scenarios.ScgiChecks.
 """
 import pytest
 

@@ -2,7 +2,7 @@
 
 Variants: upstream keepalive with ``fastcgi_keep_conn on``; ``fastcgi_keep_conn off`` (the
 server must close after each response); ``fastcgi_request_buffering off`` (bodies streamed,
-chunked uploads arrive with no CONTENT_LENGTH). Checks live in peers.FrontSuite.
+chunked uploads arrive with no CONTENT_LENGTH). Checks live in scenarios.FrontSuite.
 """
 import http.client
 import json

@@ -5,7 +5,7 @@ nginx sends CONTENT_LENGTH first, then ``scgi_params`` (REQUEST_URI, DOCUMENT_UR
 SCRIPT_NAME or PATH_INFO); the main location adds what a typical site does (SCRIPT_NAME "" and
 PATH_INFO $uri), ``location ~ ^(/app)(/.*)$`` mounts the app on a prefix, and the counted port
 (through the connection-counting proxy) has the stock parameters only. One backend connection
-per request (SCGI has no keep-alive). Checks live in peers.FrontSuite.
+per request (SCGI has no keep-alive). Checks live in scenarios.FrontSuite.
 """
 import contextlib
 import json

@@ -12,74 +12,39 @@ import time
 
 import pytest
 
-from flupfast import _impl
 from flupfast.gateway import ERROR_BODY
 from flupfast.protocols import fastcgi as f
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
+from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo,
+                                          environ_app_showing, hello, read_to_eof,
+                                          read_until_reset)
 
 
-@pytest.fixture
-def use_backend(backend, monkeypatch):
-    """Run the connection on the codec and stream of ``backend``."""
-    monkeypatch.setattr(_impl, 'FastCGIParser', backend.FastCGIParser)
-    monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
-    monkeypatch.setattr(_impl, 'frame_stdout', backend.frame_stdout)
-    return backend
+use_backend = backend_fixture('FastCGIParser', 'InputStream', 'frame_stdout')
 
 
-class Harness:
+class Harness(ConnectionHarness):
     """A BaseFCGIServer whose connections run in threads over socketpairs."""
 
-    def __init__(self, app, **kwargs):
-        self.server = fcgi_base.BaseFCGIServer(app, **kwargs)
-        self.threads = []
+    unix_address = None
 
-    def connect(self):
-        ours, theirs = socket.socketpair()
-        conn = self.server._connectionClass(theirs, None, self.server, None)
-        thread = threading.Thread(target=conn.run, daemon=True)
-        thread.start()
-        self.threads.append(thread)
-        ours.settimeout(10)
-        return ours
+    def __init__(self, app, **kwargs):
+        super().__init__(fcgi_base.BaseFCGIServer(app, **kwargs))
+
+    @property
+    def connection_class(self):
+        return self.server._connectionClass
 
     def request(self, uri='/', **kw):
         with self.connect() as sock:
             sock.sendall(request_bytes(uri, **kw))
             return read_response(sock)
 
-    def join(self):
-        for thread in self.threads:
-            thread.join(10)
-            assert not thread.is_alive(), 'connection thread hung'
 
-
-def hello(environ, start_response):
-    start_response('200 OK', [('Content-Type', 'text/plain')])
-    return [b'Hello world!\n']
-
-
-def echo(environ, start_response):
-    data = environ['wsgi.input'].read()
-    start_response('200 OK', [('Content-Type', 'application/octet-stream')])
-    return [hashlib.sha256(data).hexdigest().encode(), b' %d' % len(data)]
-
-
-def environ_app(environ, start_response):
-    start_response('200 OK', [])
-    keys = ('PATH_INFO', 'QUERY_STRING', 'SCRIPT_NAME', 'REQUEST_URI', 'X', 'SERVER_NAME',
-            'wsgi.url_scheme', 'wsgi.multithread', 'wsgi.multiprocess', 'wsgi.run_once')
-    return [repr({k: environ.get(k) for k in keys}).encode('utf-8')]
-
-
-def drain_until_eof(sock):
-    data = b''
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
+environ_app = environ_app_showing(
+    'PATH_INFO', 'QUERY_STRING', 'SCRIPT_NAME', 'REQUEST_URI', 'X', 'SERVER_NAME',
+    'wsgi.url_scheme', 'wsgi.multithread', 'wsgi.multiprocess', 'wsgi.run_once')
 
 
 def test_hello_records_in_order(use_backend):
@@ -183,7 +148,7 @@ def test_malformed_input_is_logged_and_closed(use_backend, caplog, bad, message)
     sock = harness.connect()
     try:
         sock.sendall(bad)
-        assert drain_until_eof(sock) == b''
+        assert read_to_eof(sock) == b''
     except (BrokenPipeError, ConnectionResetError):
         pass  # the server closed as soon as it saw the error, while we were still sending
     sock.close()
@@ -196,7 +161,7 @@ def test_truncated_record_then_eof_does_not_hang(use_backend):
     sock = harness.connect()
     sock.sendall(request_bytes('/')[:30])
     sock.shutdown(socket.SHUT_WR)
-    assert drain_until_eof(sock) == b''
+    assert read_to_eof(sock) == b''
     sock.close()
     harness.join()
 
@@ -270,7 +235,7 @@ def test_app_raising_after_output_is_not_passed_off_as_complete(use_backend, kee
     harness = Harness(late)
     with harness.connect() as sock:
         sock.sendall(request_bytes('/', keep_conn=keep_conn))
-        data = drain_until_eof(sock)
+        data = read_to_eof(sock)
     harness.join()
     if keep_conn:
         records = f.FastCGIParser().feed(data)
@@ -288,27 +253,9 @@ def test_app_raising_after_output_is_not_passed_off_as_complete(use_backend, kee
 
 def tcp_connection(app):
     """(our end of a loopback TCP connection served by ``app``, the serving thread)."""
-    server = fcgi_base.BaseFCGIServer(app)
-    with socket.create_server(('127.0.0.1', 0)) as listener:
-        ours = socket.create_connection(listener.getsockname())
-        theirs, addr = listener.accept()
-    conn = server._connectionClass(theirs, addr, server, None)
-    thread = threading.Thread(target=conn.run, daemon=True)
-    thread.start()
-    ours.settimeout(10)
-    return ours, thread
-
-
-def read_until_reset(sock):
-    data = b''
-    try:
-        while True:
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                return data, False
-            data += chunk
-    except ConnectionResetError:
-        return data, True
+    harness = Harness(app)
+    ours = harness.connect(tcp=True)
+    return ours, harness.threads[-1]
 
 
 def test_app_raising_after_output_waits_for_the_request_end_before_the_reset(use_backend):
