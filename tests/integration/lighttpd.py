@@ -89,7 +89,11 @@ def start_lighttpd(server, protocol="fcgi", spawn=False, mode="thread", name=Non
         if as_root:
             www = pwd.getpwnam("www-data")
             os.chown(str(root / sub), www.pw_uid, www.pw_gid)
+    # truncation_signalled=False: lighttpd buffers a response whole by default
+    # (server.stream-response-body 0) and sends it with a Content-Length it computed, so a
+    # failed response looks complete whatever the backend signals (docs/reliability.md).
     front = Front(name=name, port=port, prefix="", server=server, kind="lighttpd",
+                  truncation_signalled=False,
                   keeps_backend_conn=False, workdir=root, split="path", spools_chunked=True,
                   protocol=protocol, options=dict(protocol=protocol, spawn=spawn, mode=mode))
     try:

@@ -272,6 +272,14 @@ class FrontSuite:
         value), and the server keeps serving (known_differences 'response-head-checked')."""
         flup_bug("start_response passes CR/LF through: response splitting")
         resp = front.request("GET", "/redirect?%0d%0aSet-Cookie:%20admin=1")
+        if front.kind == "lighttpd":
+            # lighttpd answers 400 itself to control characters in the URL: the request never
+            # reaches the app, and nothing can be injected.
+            assert resp.status == 400, (resp.status, resp.raw_headers)
+            assert not [v for k, v in resp.raw_headers
+                        if k.lower() in ("set-cookie", "location") or "admin" in v]
+            assert front.request("GET", "/").body == probe.HELLO
+            return
         assert resp.status == 500, (resp.status, resp.raw_headers)
         assert resp.body == FLUP_ERROR_PAGE
         assert not [v for k, v in resp.raw_headers
