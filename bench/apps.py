@@ -14,6 +14,8 @@ hands one prebuilt bytes object to the server, and the upload app hashes only wh
                                 requests/s it reaches show how many run at once (pool growth)
        /cpu                     hello after a fixed pure-Python loop (CPU_LOOP iterations,
                                 about 2 ms of one core here): the GIL and the fork pool
+       /echo                    the request body (CONTENT_LENGTH bytes) sent back: seed 001's
+                                71,453-byte POST (bench/scenarios/seeds.py)
        /                        hello
 """
 import hashlib
@@ -29,7 +31,7 @@ CPU_LOOP = 20000
 
 def _block():
     # 1 MiB of sha256 output: random-looking bytes, a newline about every 256 bytes (random
-    # data's density, as in the flup measurements of peers-and-protocols.md 1.4).
+    # data's density, so readline() meets lines of a realistic length).
     return b"".join(hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(MIB // 32))
 
 
@@ -38,7 +40,7 @@ _BLOCK = []
 
 def block():
     """BLOCK, built on first use (a hello server does not pay for it: under callgrind,
-    bench/callgrind.py, it was 40% of the start-up's instructions)."""
+    bench/drivers/callgrind.py, it was 40% of the start-up's instructions)."""
     if not _BLOCK:
         _BLOCK.append(_block())
     return _BLOCK[0]
@@ -180,8 +182,27 @@ def _cpu(environ, start_response):
     return hello(environ, start_response)
 
 
+def _echo(environ, start_response):
+    # read() up to CONTENT_LENGTH, never beyond (see _upload)
+    left = int(environ.get("CONTENT_LENGTH") or 0)
+    read = environ["wsgi.input"].read
+    chunks = []
+    while left > 0:
+        data = read(min(left, 65536))
+        if not data:
+            break
+        chunks.append(data)
+        left -= len(data)
+    body = b"".join(chunks)
+    start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 def app(environ, start_response):
     path = environ.get("PATH_INFO") or environ.get("REQUEST_URI", "/").split("?", 1)[0]
+    if path == "/echo":
+        return _echo(environ, start_response)
     if path == "/sleep":
         return _sleep(environ, start_response)
     if path == "/cpu":

@@ -1,6 +1,6 @@
 """Each deliberate difference from flup 1.0.3: a flup bug we do not copy, with where it lives in
 flup, what flup does, what flupfast does, and why. The differential tests (compat/) take their
-expected differences from here; the README's "Differences from flup" is checked against it.
+expected differences from here; docs/differences.md is rendered from it.
 """
 from collections import namedtuple
 
@@ -36,7 +36,9 @@ DIFFERENCES = [
         'past its PARAMS record into a short value: both requests are served (the second with '
         'default params and "missing FastCGI param" warnings)',
         'closes the connection with a log line naming the fault ("unsupported FastCGI version '
-        '2", "name-value pair runs past the end of PARAMS")',
+        '2", "name-value pair runs past the end of PARAMS"). Checked against nginx 1.22, '
+        'Apache mod_proxy_fcgi and mod_fcgid and lighttpd mod_fastcgi, none of which sends '
+        'either (docs/front-fidelity.md, tests/integration/test_ordinary_traffic.py)',
         'a lenient parser hides broken peers and misreads the rest of the stream'),
     Difference(
         'fastcgi-nagle', 'fcgi_base.py:520-536',
@@ -129,11 +131,18 @@ DIFFERENCES = [
     Difference(
         'scgi-netstring-strict', 'scgi_base.py:84-117, :252-262',
         'reads the length one recv(1) per digit and accepts leading zeros, signs and spaces '
-        '(int()); accepts any header order, duplicates and a missing SCGI header',
+        '(int()); accepts any header order, any SCGI value and a repeated CONTENT_LENGTH '
+        '(the last one counts)',
         'parses from its receive buffer; rejects leading zeros, non-digits, lengths past the '
-        '1 MiB cap, a non-first or missing CONTENT_LENGTH or one above 2**63 - 1, a missing '
-        'SCGI=1 and duplicate names, each with a log line naming the fault',
-        'the SCGI protocol requires all of these; a lenient parser hides broken peers'),
+        '1 MiB cap, a non-first or missing CONTENT_LENGTH, one above 2**63 - 1 or a repeat '
+        'that contradicts the first, and an SCGI version other than 1, each with a log line '
+        'naming the fault. As in flup, a repeated name keeps its last value (nginx before 1.23 '
+        'sends one pair per header line: two Cookie lines) and a missing SCGI header is '
+        'accepted (nginx sends SCGI=1 only through the stock scgi_params). Checked against '
+        'nginx 1.22, Apache mod_proxy_scgi and lighttpd mod_scgi: docs/front-fidelity.md, '
+        'tests/integration/test_ordinary_traffic.py',
+        'the SCGI protocol requires the rest and no supported front sends it; a lenient '
+        'parser hides broken peers, and a second length is a smuggling risk'),
     Difference(
         'scgi-path-info-decoded-script-name', 'scgi_base.py:538-546',
         'behind Apache mod_proxy_scgi (SCRIPT_NAME = decoded path, no PATH_INFO) cuts the raw '
@@ -205,7 +214,10 @@ DIFFERENCES = [
         'ajp-strict-packets', 'ajp_base.py:170-215, :670-730',
         'accepts a Content-Length int() accepts ("+5", " 5", "1_0"), skips string NULs '
         'unchecked and ignores bytes after the attribute list',
-        'rejects each with an AJPError naming the fault and closes the connection',
+        'rejects each with an AJPError naming the fault and closes the connection. Checked '
+        'against Apache mod_proxy_ajp (8 KiB and 64 KiB packets), which answers such a '
+        'Content-Length 400 itself and passes leading zeros, which are accepted '
+        '(docs/front-fidelity.md, tests/integration/test_ordinary_traffic.py)',
         'a lenient parser hides broken peers and invites request smuggling'),
     Difference(
         'ajp-method-baseline-control', 'ajp_base.py:56',
@@ -235,7 +247,7 @@ DIFFERENCES = [
         'until the web server closes it',
         'ends the idle connection\'s wait and stops within a second',
         'mod_fcgid and service managers expect SIGTERM to stop the process'),
-    # -- flup's cgi, paste_factory and clients, and the protocol helpers (issue 5) --------------
+    # -- flup's cgi, paste_factory and clients, and the protocol helpers -----------------------
     Difference(
         'cgi-server-bytes', 'cgi.py:21,40-45',
         'writes the status, headers and body as str to sys.stdout: a bytes body raises '
@@ -304,7 +316,7 @@ DIFFERENCES = [
         'refuses packets over 65536 bytes with their header (the codec\'s AJP_MAX_PACKET); '
         'Record.write sends contentData[:contentLength] with its real length, as version 1',
         'the helpers are the codec\'s checks under flup\'s names'),
-    # Reliability (issue 8): overload, shutdown and timeouts.
+    # Reliability (docs/reliability.md): overload, shutdown and timeouts.
     Difference(
         'threaded-pool-full', 'threadedserver.py:97-103',
         'closes every connection accepted while maxThreads threads are busy: the web server '
@@ -347,9 +359,62 @@ DIFFERENCES = [
         'raises TimeoutException in that thread; a blocking call in the main thread is '
         'interrupted with SIGRTMIN+3; the app\'s SIGALRM handler and alarm are left alone',
         'an app\'s own alarms and threads must survive the server\'s timeouts'),
+    # Aborted requests and failed responses (docs/reliability.md).
+    Difference(
+        'fastcgi-abort-request', 'fcgi_base.py:778-786, :251-275',
+        'only marks the request aborted: an app reading wsgi.input waits for STDIN that never '
+        'comes, and END_REQUEST goes out only when the web server closes the connection (a '
+        'request that declared 1 MiB, sent 64 KiB, then ABORT_REQUEST: no answer in 3 s)',
+        'the pending wsgi.input read raises ClientDisconnected, END_REQUEST(REQUEST_COMPLETE) '
+        'follows at once (a few ms in every mode), nothing of the aborted request\'s output is '
+        'sent, and a KEEP_CONN connection serves the next request; a request aborted before '
+        'its PARAMS end is answered without running the app. Aborted after its body, the app '
+        'runs to completion as in flup (it cannot be interrupted safely)',
+        'spec 5.4: the application answers END_REQUEST as soon as possible'),
+    Difference(
+        'truncated-response-signalled', 'fcgi_base.py:577-598, ajp_base.py:488-499, '
+        'scgi_base.py:185-189',
+        'when the app fails after its response began, logs the traceback and ends the request '
+        'normally (FastCGI END_REQUEST, AJP END_RESPONSE, SCGI close): nginx, Apache and '
+        'lighttpd give the browser 200, the partial body and a final chunk, a truncated '
+        'download that looks whole',
+        'logs the traceback as flup does, then ends the connection so the front sees a failed '
+        'backend: FastCGI sends no END_REQUEST and resets a TCP connection (on a Unix socket: '
+        'closes, after an invalid record header when the web server did not ask for '
+        'KEEP_CONN; a multiplexed connection answers END_REQUEST with appStatus 1 instead); '
+        'AJP closes without END_RESPONSE; SCGI resets a TCP connection (over a Unix socket SCGI '
+        'has no way to say it). curl through nginx, mod_proxy_fcgi, mod_proxy_ajp and nginx '
+        'scgi_pass then fails (exit 18; Apache leaves a kept-alive client waiting for '
+        'KeepAliveTimeout first; lighttpd only with server.stream-response-body 1 or 2: by '
+        'default it buffers and sends the part with a Content-Length), mod_fcgid and '
+        'mod_proxy_scgi answer 500 when they had not sent the head yet; the fronts serve the '
+        'next request',
+        'a cut-off download must not pass for a complete one'),
     Difference(
         'fastcgi-refused-peer-logged', 'fcgi.py:98-102, fcgi_fork.py:124-128, fcgi_single.py:103',
         'closes a connection from a peer outside FCGI_WEB_SERVER_ADDRS without a word',
         'also logs a warning naming the peer',
         'a refused web server must be diagnosable'),
+    Difference(
+        'response-head-checked', 'fcgi_base.py:1137-1168, scgi_base.py:454-486, '
+        'ajp_base.py:895-927',
+        'sends whatever status and headers the app gives: CR or LF in a value (an app that '
+        'copies the query into Location) adds headers of the client\'s choosing to the '
+        'response (response splitting), and NUL, other control characters and names that '
+        'are not tokens go out too',
+        'start_response raises ResponseHeadError (an AssertionError naming the header, never '
+        'its value) for a control character other than HTAB in a name, value or reason, a name '
+        'that is not an RFC 9110 token, a status that is not 3 digits, a space and a reason: '
+        'the request ends as for any app exception (logged, 500 page). HTAB and latin-1 '
+        'obs-text (0x80-0xFF) in values are sent, as flup sends them',
+        'RFC 9110 5.5 and PEP 3333 forbid control characters in headers; one app bug must not '
+        'let a client set cookies or headers in other users\' responses'),
+    Difference(
+        'allowed-servers-everywhere', 'fcgi.py:98-109, scgi_base.py:389-391, ajp_base.py:835-840',
+        'FastCGI has no allowedServers (only FCGI_WEB_SERVER_ADDRS); SCGI and AJP log every '
+        'refused connection',
+        'allowedServers (keyword and --allowed-servers) also for FastCGI, where '
+        'FCGI_WEB_SERVER_ADDRS still applies; a refusal is logged once per address per minute '
+        'per process; a TCP socket beyond loopback with no allow-list logs one warning',
+        'one allow-list for every protocol; a stranger retrying in a loop must not fill the log'),
 ]

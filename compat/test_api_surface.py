@@ -77,8 +77,8 @@ def assert_compatible(ours, flups, where):
         where
 
 
-# The private methods subclasses override or call (inventory 1.5): they must exist with
-# flup's signature. Other private helpers are flup's implementation.
+# The private methods subclasses override or call (flup's de-facto extension API, see
+# 'connection-internals'): they must exist with flup's signature. Other private helpers are flup's implementation.
 HOOKS = {'_isClientAllowed', '_sanitizeEnv', '_setupSocket', '_cleanupSocket',
          '_mainloopPeriodic', '_exit', '_hupHandler', '_intHandler', '_usr1Handler',
          '_chldHandler', '_installSignalHandlers', '_restoreSignalHandlers', '_spawnChild',

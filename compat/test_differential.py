@@ -28,6 +28,7 @@ import pytest
 from compat import differential as d
 from compat.differential import HUNG, CLOSED, RESET, Answer, differs, deviates, on_both, same
 from compat.known_differences import DIFFERENCES
+from flupfast import gateway
 from flupfast.protocols import fastcgi as f
 from tests import ajp_client, fcgi_client, scgi_client
 from tests.apps import probe
@@ -66,13 +67,14 @@ SHOWN_ELSEWHERE = {
     'flup-clients': 'tests/unit/test_clients.py',
     'connection-internals': 'compat/test_api_surface.py',
     'flup-adapters-strict': 'tests/unit/test_flup_adapters.py',
-    # Reliability (issue 8): shown against flupfast's processes under fault.
+    # Reliability (docs/reliability.md): shown against flupfast's processes under fault.
     'threaded-pool-full': 'tests/reliability/test_faults.py',
     'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',
     'prefork-pool-full': 'tests/reliability/test_faults.py',
     'prefork-shutdown-drain': 'tests/reliability/test_faults.py',
     'request-timeout-watchdog': 'tests/reliability/test_faults.py',
     'fastcgi-refused-peer-logged': 'tests/reliability/test_access.py',
+    'allowed-servers-everywhere': 'tests/reliability/test_access.py',
 }
 
 NO_ANSWER = (CLOSED, RESET)
@@ -236,10 +238,93 @@ def test_error_page(pair):
     assert b'<h1>Unhandled Exception</h1>' in answer.body
 
 
+# What an attacker puts in a URL for an app that copies its query into Location.
+SPLITTING_QUERY = '%0d%0aSet-Cookie:%20admin=1'
+
+
+@differs('response-head-checked')
+def test_response_splitting_refused(pair):
+    """/redirect copies the decoded query into Location: flup hands the web server a header
+    of the client's making; flupfast answers the 500 page and logs the header's name (never
+    its value); both keep serving."""
+    marks = {impl: backend.mark() for impl, backend in pair.items()}
+    results = on_both(pair, lambda b: b.request('/redirect?' + SPLITTING_QUERY))
+    flup, ours = deviates('response-head-checked', results)
+    if protocol_of(pair) == 'ajp':
+        # AJP frames each header by length: the CR LF reach the web server inside the value.
+        assert flup.header('Location') == '/x\r\nSet-Cookie: admin=1'
+    else:
+        assert (flup.status, flup.header('Set-Cookie')) == (302, 'admin=1')
+    assert (ours.status, ours.header('Set-Cookie'), ours.header('Location')) == (500, None, None)
+    assert b'<h1>Unhandled Exception</h1>' in ours.body
+    named = "Value of header b'Location' contains a control character"
+    backend = pair['flupfast']
+    if protocol_of(pair) == 'fcgi':  # the traceback goes to FCGI_STDERR, the web server's log
+        log = ours.extra['stderr'].decode('latin-1')
+    else:
+        assert d.wait_until(lambda: named in backend.log_since(marks['flupfast']), 5)
+        log = backend.log_since(marks['flupfast'])
+    assert named in log and 'admin=1' not in log
+    assert_still_serving(pair)
+
+
+def rss_kib(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1])
+    raise AssertionError('no VmRSS for %d' % pid)
+
+
+@pytest.mark.parametrize('uri', ['/bigheader?size=1048576', '/headers?count=10000'],
+                         ids=['1mib-header', '10000-headers'])
+@differs('ajp-500-status')
+def test_huge_response_head(pair, uri):
+    """A 1 MiB header and 10,000 headers: FastCGI and SCGI send them, as flup does; over AJP
+    both answer the error page (the head cannot fit an AJP packet), flup with status 200. The
+    server's memory does not grow with the number of such requests, and it keeps serving."""
+    results = on_both(pair, lambda b: b.request(uri))
+    ours = results['flupfast']
+    if protocol_of(pair) == 'ajp':
+        flup, ours = deviates('ajp-500-status', results)
+        assert (flup.status, flup.body) == (200, gateway.ERROR_BODY), flup
+        assert (ours.status, ours.body) == (500, gateway.ERROR_BODY), ours
+    else:
+        assert same(results).status == 200
+        if 'size' in uri:
+            assert ours.header('X-Big') == 'b' * (1 << 20)
+        else:
+            assert len([n for n, _ in ours.headers if n.startswith('X-Header-')]) == 10000
+    backend = pair['flupfast']
+    if mode_of(pair) != 'fork':  # prefork spreads the requests over children that come and go
+        for _ in range(4):
+            backend.request(uri)
+        before = rss_kib(backend.pid)
+        for _ in range(20):
+            backend.request(uri)
+        assert rss_kib(backend.pid) - before < 8 * 1024
+    assert_still_serving(pair)
+
+
+@differs('truncated-response-signalled')
 def test_error_after_first_chunk(pair):
-    """An exception after the first chunk: the response is cut, no error page."""
-    answer = same(on_both(pair, lambda b: b.request('/error-after')))
-    assert (answer.status, answer.body) == (200, probe.ERROR_AFTER_FIRST)
+    """An exception after the first chunk: no error page. flup ends the request as if the
+    response were whole (END_REQUEST, END_RESPONSE with reuse, or a plain close); flupfast
+    ends the TCP connection without that end (a reset, or for AJP a close), which the web
+    server reports as a failed backend."""
+    def outcome(answer):  # what tells the web server the response is whole
+        if not isinstance(answer, d.Answer):
+            return answer
+        return answer.status, answer.body, answer.extra.get('end'), answer.extra.get('reuse')
+    results = {impl: outcome(answer) for impl, answer
+               in on_both(pair, lambda b: b.request('/error-after')).items()}
+    flup, ours = deviates('truncated-response-signalled', results)
+    end = {'fcgi': (0, f.FCGI_REQUEST_COMPLETE), 'ajp': None}.get(protocol_of(pair))
+    reuse = True if protocol_of(pair) == 'ajp' else None
+    assert flup == (200, probe.ERROR_AFTER_FIRST, end, reuse)
+    # A reset, a close, or the part sent without its end (read before the reset arrived).
+    assert ours in (RESET, CLOSED, (200, probe.ERROR_AFTER_FIRST, None, None)), ours
+    assert same(on_both(pair, lambda b: b.request('/'))).body == probe.HELLO
 
 
 @differs('fastcgi-maxwrite')
@@ -458,6 +543,36 @@ def test_fcgi_get_values(pair):
 
 
 @over('fcgi')
+@differs('fastcgi-abort-request')
+def test_fcgi_abort_request_mid_body(pair):
+    """ABORT_REQUEST while the app reads a body the web server will not finish (1 MiB
+    declared, 64 KiB sent): flup waits for STDIN that never comes; flupfast answers
+    END_REQUEST(REQUEST_COMPLETE) at once, with no output, and serves the next request on the
+    KEEP_CONN connection."""
+    head, _ = fcgi_client.request_bytes('/upload?mode=read', body=b'x', keep_conn=True,
+                                        split=True, params={'CONTENT_LENGTH': str(1 << 20)})
+    wire = (head + f.encode_record(f.FCGI_STDIN, 1, bytes(65528))
+            + f.encode_record(f.FCGI_STDIN, 1, bytes(8)) + f.encode_record(f.FCGI_ABORT_REQUEST, 1))
+
+    def scenario(backend):
+        conn = backend.connect(timeout=d.patience(backend))
+        try:
+            conn.send(wire)
+            first = conn.read()
+            conn.sock.settimeout(d.IO_TIMEOUT)
+            if first == HUNG:
+                # Let flup's request end (our EOF ends its read) before the next scenario.
+                conn.sock.shutdown(socket.SHUT_WR)
+                return first, conn.read() is not HUNG
+            return first, conn.request('/', keep_conn=True).body
+        finally:
+            conn.close()
+    flup, ours = deviates('fastcgi-abort-request', on_both(pair, scenario))
+    assert flup == (HUNG, True)
+    assert ours == (('end', (0, f.FCGI_REQUEST_COMPLETE)), probe.HELLO)
+
+
+@over('fcgi')
 def test_fcgi_unknown_management_record(pair):
     """An unknown type with request id 0: FCGI_UNKNOWN_TYPE, then the connection goes on."""
     wire = f.encode_record(42, 0, b'12345678')
@@ -603,9 +718,11 @@ SCGI_MALFORMED = {
                             'serves'),
     'signed-length': (netstring(scgi_pairs(*GOOD), b'+%d' % len(scgi_pairs(*GOOD))), 'serves'),
     'content-length-not-first': (netstring(scgi_pairs(*(GOOD[1:] + GOOD[:1]))), 'serves'),
-    'no-scgi-header': (netstring(scgi_pairs(GOOD[0], *GOOD[2:])), 'serves'),
-    'duplicate-name': (netstring(scgi_pairs(*GOOD) + scgi_pairs((b'SERVER_PORT', b'81'))),
-                       'serves'),
+    'scgi-version-2': (netstring(scgi_pairs(GOOD[0], (b'SCGI', b'2'), *GOOD[2:])), 'serves'),
+    # A repeated CONTENT_LENGTH that disagrees with the first: flup takes the last, which
+    # is not the length that framed the body.
+    'conflicting-content-length': (netstring(scgi_pairs(*GOOD) + scgi_pairs(
+        (b'CONTENT_LENGTH', b'3'))), 'serves'),
     # flup tries recv(99999999999): a MemoryError traceback in its log.
     'huge-length': (b'99999999999:', 'MemoryError'),
     # 2**63: past any body a web server can send (AJP13 and the FastCGI servers' limit too).
@@ -615,13 +732,39 @@ SCGI_MALFORMED = {
 
 
 @over('scgi')
+def test_scgi_repeated_names(pair):
+    """nginx before 1.23 sends one pair per header line: two Cookie and two X-Forwarded-For
+    lines arrive as repeated HTTP_COOKIE and HTTP_X_FORWARDED_FOR. Both keep the last value
+    and give the app the same environ."""
+    repeats = [('HTTP_COOKIE', 'a=1'), ('HTTP_X_FORWARDED_FOR', '10.0.0.1'),
+               ('HTTP_COOKIE', 'b=2'), ('HTTP_X_FORWARDED_FOR', '10.0.0.2')]
+    results = on_both(pair, lambda b: environ_of(b, extra=repeats))
+    env = same(results)
+    assert (env['HTTP_COOKIE'], env['HTTP_X_FORWARDED_FOR']) == ('b=2', '10.0.0.2')
+    assert_still_serving(pair)
+
+
+@over('scgi')
+def test_scgi_without_scgi_header(pair):
+    """nginx sends SCGI=1 only through the stock scgi_params: a site's own scgi_param list
+    may lack it. Both serve the request with the same environ."""
+    pairs = [(n, b'/environ' if n == b'REQUEST_URI' else v) for n, v in GOOD if n != b'SCGI']
+    results = on_both(pair, lambda b: b.exchange(netstring(scgi_pairs(*pairs))))
+    env = same({impl: comparable(answer.json(), pair[impl])
+                for impl, answer in results.items()})
+    assert 'SCGI' not in env
+    assert (env['REQUEST_METHOD'], env['PATH_INFO']) == ('GET', '/environ')
+    assert_still_serving(pair)
+
+
+@over('scgi')
 @pytest.mark.parametrize('case', sorted(SCGI_MALFORMED))
 @differs('scgi-netstring-strict')
 def test_scgi_malformed(pair, case):
     """Bad netstrings and headers, then our half-close: flupfast answers nothing, logs one
     line naming the fault and serves on. flup closes too, crashes the connection on a huge
     length, or serves what a strict parser rejects (leading zeros, signs, any header order,
-    duplicates, a missing SCGI header)."""
+    a second CONTENT_LENGTH that contradicts the first, an SCGI version other than 1)."""
     check_malformed(pair, *SCGI_MALFORMED[case], key='scgi-netstring-strict')
 
 

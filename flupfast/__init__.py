@@ -3,7 +3,17 @@
 Owns the version, reports which backend (compiled or pure Python) is in use, and offers
 install_as_flup() (loaded only when called: importing flupfast loads no server).
 """
-from flupfast._impl import BACKEND
+import os
+import sys
+
+try:
+    from flupfast._impl import BACKEND
+except ImportError as _exc:
+    # FLUPFAST_SPEEDUPS asks for what is not there. On the command line (`python -m flupfast`
+    # while runpy locates it, or the `flupfast` script) that is one line, not a traceback.
+    if sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0] if sys.argv else "") == "flupfast":
+        sys.exit("flupfast: %s" % _exc)
+    raise
 
 __version__ = "0.1.0.dev0"
 __all__ = ["BACKEND", "FlupAlreadyImported", "__version__", "install_as_flup"]

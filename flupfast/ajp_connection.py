@@ -93,6 +93,7 @@ class AJPRequest:
         self.environ = {}
         self.input = None
         self._headersSent = False
+        self.truncated = False  # the app failed after the response began
         self.logger = _logger
 
     def run(self):
@@ -100,24 +101,28 @@ class AJPRequest:
         sent yet (flup ajp_base.py:480-508; the END_RESPONSE is the connection's)."""
         environ = self.environ
         logger = self.logger
-        fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], environ['REQUEST_URI'])
+        fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'],
+                     fastlog.readable(environ['REQUEST_URI']))
         debug = logger.isEnabledFor(logging.DEBUG)
         if debug:
             start = datetime.datetime.now()
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
-            logger.warning('%s %s: %s', environ['REQUEST_METHOD'], environ['REQUEST_URI'], exc)
+            logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
+                           fastlog.readable(environ['REQUEST_URI']), exc)
         except Exception as exc:
             if is_peer_gone(exc) or isinstance(exc, AJPError):
                 raise  # the connection cannot go on; it logs and closes
             logger.exception('Exception caught from handler')
-            if not self._headersSent:
+            if self._headersSent:
+                self.truncated = True
+            else:
                 self._conn.server.error(self)
         if debug:
             elapsed = datetime.datetime.now() - start
             logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'],
-                         environ['REQUEST_URI'], elapsed.total_seconds())
+                         fastlog.readable(environ['REQUEST_URI']), elapsed.total_seconds())
 
     # -- flup's response API --------------------------------------------------------------
 
@@ -276,13 +281,20 @@ class AJPConnection(LoggedConnection):
         req.input = _impl.InputStream(body)
         if not self.server._isSecretValid(secret):
             self.logger.warning('%s %s: refused, wrong or missing AJP secret',
-                                environ.get('REQUEST_METHOD'), environ.get('REQUEST_URI'))
+                                environ.get('REQUEST_METHOD'),
+                                fastlog.readable(environ.get('REQUEST_URI', '')))
             req.startResponse(403, b'Forbidden', [(b'Content-Type', b'text/plain'),
                                                   (b'Content-Length', b'10')])
             req.write(b'Forbidden\n')
         else:
             with request_deadline(self._timeout, self._timed_out):
                 req.run()
+        if req.truncated:
+            # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
+            # the client's response unfinished (``truncated-response-signalled``).
+            self.served += 1
+            self.close()
+            return False
         body.finish()
         self.served += 1
         # The wire is clean now (the web server sends body chunks only when asked, and the

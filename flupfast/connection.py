@@ -6,11 +6,14 @@ codec, dispatch events, send responses, and close cleanly.
 No WSGI here (gateway.py) and no accept loop or process model (serving/).
 """
 import collections
+import fcntl
 import logging
 import os
 import signal
 import socket
+import struct
 import sys
+import termios
 import threading
 import time
 import traceback
@@ -20,7 +23,8 @@ from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
-                             MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE)
+                             MAX_OPEN_REQUESTS, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE,
+                             RESET_DRAIN_SECONDS)
 from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
@@ -30,6 +34,13 @@ logger = logging.getLogger('flupfast')
 _loggers = {}
 
 _INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
+
+# struct linger {l_onoff = 1, l_linger = 0}: close() then resets the TCP connection.
+_LINGER_RESET = struct.pack('ii', 1, 0)
+_INT_ZERO = struct.pack('i', 0)
+# A record header of version 0, which a FastCGI peer must reject (spec 3.3: version 1):
+# nginx aborts the response ("upstream sent unsupported FastCGI protocol version: 0").
+_INVALID_RECORD_HEADER = bytes(fcgi.FCGI_HEADER_LEN)
 
 # One receive buffer per thread, reused by every connection that thread serves: allocating and
 # zeroing 256 KiB per accepted connection costs more than a small request. Safe because the
@@ -43,6 +54,21 @@ def _receive_buffer():
         buf = _thread_state.recv_buf = bytearray(RECV_BUFFER_SIZE)
         _thread_state.recv_view = memoryview(buf)
     return buf, _thread_state.recv_view
+
+
+def _wait_sent(sock, seconds):
+    """Wait until the kernel has sent, and the peer acknowledged, what was written to ``sock``
+    (SIOCOUTQ, Linux), for at most ``seconds``; elsewhere return at once."""
+    deadline = time.monotonic() + seconds
+    delay = 0.001
+    try:
+        while struct.unpack('i', fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, _INT_ZERO))[0]:
+            if time.monotonic() + delay > deadline:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    except (OSError, AttributeError):
+        pass  # no SIOCOUTQ here (TIOCOUTQ is SIOCOUTQ on Linux)
 
 
 def server_stopping(server):
@@ -126,6 +152,33 @@ class Connection:
                     break
         except OSError:
             pass
+        self.close()
+
+    def end_abruptly(self, unix_signal=b'', drain=None):
+        """End the connection so that the web server cannot take the response for complete
+        (``truncated-response-signalled``): on TCP a reset (SO_LINGER 0: RST, not FIN); on a
+        Unix socket, which cannot reset, ``unix_signal`` (bytes the protocol forbids) first.
+
+        ``drain(deadline)`` first reads what the web server still sends of the request:
+        mod_proxy_fcgi and mod_proxy_scgi send all of it (a GET's empty STDIN too) before
+        they read the answer, and a reset meeting them mid-send loses the traceback."""
+        if self.closed:
+            return
+        deadline = time.monotonic() + RESET_DRAIN_SECONDS
+        try:
+            if drain is not None:
+                self._sock.settimeout(RESET_DRAIN_SECONDS)
+                drain(deadline)
+        except (OSError, ProtocolError):
+            pass  # gone, silent too long, or garbage: the reset is all that is left
+        try:
+            if self._sock.family in (socket.AF_INET, socket.AF_INET6):
+                _wait_sent(self._sock, max(0.0, deadline - time.monotonic()))
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            elif unix_signal:
+                self.send([unix_signal])
+        except OSError:
+            pass  # the peer is gone already: closing is all that is left
         self.close()
 
     def close(self):
@@ -476,6 +529,7 @@ class FastCGIRequest:
         self.role = None
         self.flags = 0
         self.aborted = False
+        self._started = False  # PARAMS complete: the handler runs or has run
         self.params = {}
         self.keep_conn = False
         # Input not yet read by the app: deques filled by this thread, or, when multiplexed,
@@ -508,13 +562,17 @@ class FastCGIRequest:
             else:  # the threaded servers' case: no watchdog to arm and disarm
                 protocol_status, app_status = self.server.handler(self)
         except Exception:
-            if is_peer_gone(sys.exc_info()[1]):
+            if self.aborted or is_peer_gone(sys.exc_info()[1]):
+                # Nothing of an aborted request is sent (its ClientDisconnected included):
+                # the web server waits for END_REQUEST only.
                 protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
             else:
                 traceback.print_exc(file=self.stderr)
                 self.stderr.flush()
-                if not self.stdout.dataWritten:
-                    self.server.error(self)
+                if self.stdout.dataWritten:
+                    self._conn.truncate_request(self)
+                    return
+                self.server.error(self)
                 protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
         self._end(app_status, protocol_status)
 
@@ -542,6 +600,15 @@ class _StreamSource:
 
     def detach(self):
         self._conn = self._req = None
+
+
+def _stream_name(stream_type):
+    return 'STDIN' if stream_type == fcgi.FCGI_STDIN else 'DATA'
+
+
+def _aborted_message(stream_type):
+    return ('the web server aborted the request (FCGI_ABORT_REQUEST) before the end of '
+            'FCGI_%s' % _stream_name(stream_type))
 
 
 class FastCGIConnection(Connection):
@@ -599,12 +666,13 @@ class FastCGIConnection(Connection):
         while not pending:
             if req._ended[stream_type]:
                 return b''
+            if req.aborted:
+                raise ClientDisconnected(_aborted_message(stream_type))
             if not self._events and not self._read_events():
                 raise ClientDisconnected('the web server closed the connection before the '
-                                         'end of FCGI_%s' % ('STDIN' if stream_type ==
-                                                             fcgi.FCGI_STDIN else 'DATA'))
+                                         'end of FCGI_%s' % _stream_name(stream_type))
             ended = req._ended
-            while self._events and not pending and not ended[stream_type]:
+            while self._events and not pending and not ended[stream_type] and not req.aborted:
                 self._dispatch(self._events.popleft())
         return pending.popleft()
 
@@ -718,7 +786,7 @@ class FastCGIConnection(Connection):
         elif record_type == fcgi.FCGI_ABORT_REQUEST:
             req = self._requests.get(request_id)
             if req is not None:
-                req.aborted = True
+                self._on_abort_request(req)
         elif record_type == fcgi.FCGI_GET_VALUES:
             self._on_get_values(payload)
         elif request_id == fcgi.FCGI_NULL_REQUEST_ID:
@@ -749,11 +817,25 @@ class FastCGIConnection(Connection):
         req.keep_conn = bool(flags & fcgi.FCGI_KEEP_CONN)
         self._requests[request_id] = req
 
+    def _on_abort_request(self, req):
+        """Spec 5.4: answer END_REQUEST as soon as possible. The app cannot be interrupted,
+        but a read of its body waiting for STDIN is: it raises ClientDisconnected (the
+        request then ends at once); its later output is dropped (StdoutStream). A request
+        whose PARAMS have not all come yet has not started: it ends here
+        (``fastcgi-abort-request``)."""
+        req.aborted = True
+        if self.multiplexed:
+            for stream_type, spool in req._pending.items():
+                spool.abort(_aborted_message(stream_type))
+        if not req._started:
+            self.end_request(req)
+
     def _on_params(self, request_id, params):
         req = self._requests.get(request_id)
         if req is None:
             return
         req.params = params
+        req._started = True
         if not self.multiplexed:
             req.run()
             return
@@ -795,10 +877,15 @@ class FastCGIConnection(Connection):
         else:
             buffers = stdout.end_buffers() + stderr.end_buffers()
             buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
+        if self.multiplexed:
+            # Inactive before END_REQUEST leaves: the web server may reuse the id at once, and
+            # the reading thread must not take its BEGIN_REQUEST for a duplicate.
+            self._requests.pop(req.requestId, None)
         try:
             self.send(buffers)
         except OSError as exc:
-            if not is_peer_gone(exc):
+            # Closed meanwhile: the reading thread ends a multiplexed connection at EOF.
+            if not (is_peer_gone(exc) or self.closed):
                 raise
             self._requests.pop(req.requestId, None)
             if self.multiplexed:
@@ -821,7 +908,11 @@ class FastCGIConnection(Connection):
             # KEEP_CONN: the stream must be at its end before the next request's records.
             # Its end usually came in the same receive as the request (a GET's empty STDIN):
             # taking it from the queue saves the stream's drain -> pull -> dispatch round.
+            # After ABORT_REQUEST nothing more is due: later records for the id are ignored
+            # (spec 3.3), so there is nothing to drain.
             self._discard_queued_input(req)
+            if req.aborted:
+                return
             if not req._ended[fcgi.FCGI_STDIN]:
                 req.stdin.drain()
             if req.role == fcgi.FCGI_FILTER and not req._ended[fcgi.FCGI_DATA]:
@@ -830,6 +921,31 @@ class FastCGIConnection(Connection):
             self._requests.pop(req.requestId, None)
             for source in req._sources:
                 source.detach()
+
+    def truncate_request(self, req):
+        """The app failed after its response began: END_REQUEST would pass the part sent for
+        the whole response (nginx and Apache then end the client's response normally).
+        Instead the connection ends abruptly: a reset on TCP; on a Unix socket a close when
+        the web server asked for KEEP_CONN (it takes an early close for an error), else an
+        invalid record first. A multiplexed connection carries other requests: there, only
+        END_REQUEST's appStatus can say it (``truncated-response-signalled``)."""
+        if self.multiplexed:
+            self.end_request(req, 1)
+            return
+        self.served += 1
+        try:
+            self.end_abruptly(b'' if req.keep_conn else _INVALID_RECORD_HEADER,
+                              lambda deadline: self._discard_input(req, deadline))
+        finally:
+            self._requests.pop(req.requestId, None)
+            for source in req._sources:
+                source.detach()
+
+    def _discard_input(self, req, deadline):
+        """Read and drop the rest of ``req``'s STDIN until its end or ``deadline``."""
+        self._discard_queued_input(req)
+        while not req._ended[fcgi.FCGI_STDIN] and time.monotonic() < deadline:
+            self._pull(req, fcgi.FCGI_STDIN)
 
     def _discard_queued_input(self, req):
         """Take the request's input records already received (typically the empty STDIN that

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 
-__all__ = ['info']
+__all__ = ['info', 'readable']
 
 _INFO = logging.INFO
 _FIELD = re.compile(r'%\((\w+)\)')
@@ -29,6 +29,15 @@ _fields_cache = {}
 # (datefmt or default_time_format, whole second) -> strftime text, for the current second.
 # Replaced as a whole (one assignment), so threads never see a key with another's text.
 _time_cache = (None, None)
+
+
+def readable(value):
+    """An environ value as a log line should show it: environ strings are bytes decoded as
+    latin-1 (PEP 3333), so a UTF-8 path such as /café arrives as /cafÃ©; re-decoded as UTF-8
+    (undecodable bytes as \\x escapes). ASCII, the common case, is returned as is."""
+    if value.isascii():
+        return value
+    return value.encode('latin-1', 'replace').decode('utf-8', 'backslashreplace')
 
 
 def _fields(fmt):

@@ -9,6 +9,7 @@ Behaviour matches flup 1.0.3's ``fcgi_base.py:1074-1192`` (copied there three ti
 import errno
 import html
 import linecache
+import re
 import sys
 import traceback
 from urllib.parse import unquote_to_bytes
@@ -130,14 +131,76 @@ def _to_bytes(value, what):
     return value
 
 
+class ResponseHeadError(AssertionError):
+    """The app's status or a header would corrupt the response head (known_differences
+    'response-head-checked'): raised by ``start_response``, so the request ends as for any app
+    exception (logged, 500 page). An AssertionError like flup's own start_response checks."""
+
+
+# RFC 9110 5.1: a field name is a token, 1*tchar.
+_is_token = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+").fullmatch
+# RFC 9110 5.5: a field value is VCHAR, SP, HTAB and obs-text (0x80-0xFF, which latin-1 str
+# values encode to, as flup sends them). Anything else is a control character: CR and LF end
+# the header (response splitting), NUL truncates it in C front ends, the rest have no meaning.
+_bad_value_char = re.compile(rb'[\x00-\x08\x0a-\x1f\x7f]').search
+# RFC 9110 15: three digits, a space, a reason phrase of HTAB, SP, VCHAR and obs-text.
+_is_status = re.compile(rb'[0-9]{3} [\t\x20-\x7e\x80-\xff]*').fullmatch
+
+
+def _shown(name):
+    """A header name as the error names it: repr (no CR/LF reaches the log), at most 80."""
+    text = repr(name)
+    return text if len(text) <= 80 else text[:77] + '...'
+
+
+def _bad_name(name):
+    return ResponseHeadError('Header name %s is not an HTTP token (RFC 9110 5.1)'
+                             % _shown(name))
+
+
+def _bad_value(name):
+    """The error for a value with a control character: it names the header, never shows the
+    value (it may be a secret, or an attacker's text)."""
+    return ResponseHeadError('Value of header %s contains a control character (CR, LF, NUL'
+                             '...; RFC 9110 5.5)' % _shown(name))
+
+
 # str statuses already validated -> their bytes: apps answer the same few statuses again and
 # again. Bounded: an app inventing statuses cannot grow it without limit.
 _checked_statuses = {}
 _CHECKED_STATUSES_MAX = 64
 
+# (name, value) str pairs already checked -> their bytes: most responses repeat a few fixed
+# headers (Content-Type: text/html...), which then cost one lookup instead of two encodes and
+# two matches. Only small pairs (a 1 MiB header is checked each time), at most 512 of them
+# (an app whose values vary, Set-Cookie or Location, empties it when full): under 2 MiB held.
+_checked_pairs = {}
+_CHECKED_PAIRS_MAX = 512
+_CACHED_PAIR_BYTES = 1024
+
+
+
+def _cached_pair_typed(pair):
+    """The lookup under ``python -b``: only a (str, str) tuple, as cached, is looked up, so bytes
+    are never compared with str on equal hashes (a BytesWarning there). Otherwise the plain
+    lookup is safe: the bytes sent are always those of a checked pair."""
+    if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str \
+            and type(pair[1]) is str:
+        return _checked_pairs.get(pair)
+    return None
+
+
+_cached_pair = _cached_pair_typed if sys.flags.bytes_warning else _checked_pairs.get
+
+# str header names found to be tokens: apps use a few dozen names, so when a pair's value
+# varies its name costs a set lookup, not a match. Never emptied; at most 512 names.
+_token_names = set()
+_TOKEN_NAMES_MAX = 512
+
 
 def _check_status(status):
-    """flup's status asserts (fcgi_base.py:1160-1166); returns the status as bytes."""
+    """flup's status asserts (fcgi_base.py:1160-1166), then the status line's grammar;
+    returns the status as bytes."""
     text = status if type(status) is str else None
     if text is not None:
         status = text.encode('latin-1')
@@ -153,9 +216,52 @@ def _check_status(status):
         raise AssertionError('Status must begin with 3-digit code')
     if status[3] != 0x20:
         raise AssertionError('Status must have a space after code')
+    if not _is_status(status):
+        raise ResponseHeadError('Status must be 3 digits, a space and a reason phrase without '
+                                'control characters (RFC 9110 15)')
     if text is not None and len(_checked_statuses) < _CHECKED_STATUSES_MAX:
         _checked_statuses[text] = status
     return status
+
+
+def _check_pair(pair):
+    """One (name, value) of the app's header list as (bytes, bytes): flup's type asserts,
+    then the name a token and the value free of control characters (ResponseHeadError).
+    A small str pair is remembered in _checked_pairs."""
+    name, value = pair
+    # str is the WSGI norm: encoded inline; anything else through _to_bytes' checks.
+    name_str = type(name) is str
+    if name_str:
+        known = name in _token_names
+        name = name.encode('latin-1')
+    else:
+        known = False
+        if type(name) is not bytes:
+            raise AssertionError('Header name "%s" must be bytes' % (name,))
+    if not known:
+        if not _is_token(name):
+            raise _bad_name(name)
+        if name_str and len(_token_names) < _TOKEN_NAMES_MAX:
+            _token_names.add(name.decode('latin-1'))
+    value_str = type(value) is str
+    if value_str:
+        # isprintable() is False for every control character (and for HTAB and some of
+        # obs-text, which the match then lets through): the match only runs for those.
+        printable = value.isprintable()
+        value = value.encode('latin-1')
+    else:
+        printable = False
+        if type(value) is not bytes:
+            raise AssertionError('Value of header "%s" must be bytes' % (name,))
+    if not printable and _bad_value_char(value):
+        raise _bad_value(name)
+    checked = (name, value)
+    if name_str and value_str and type(pair) is tuple and \
+            len(name) + len(value) <= _CACHED_PAIR_BYTES:
+        if len(_checked_pairs) >= _CHECKED_PAIRS_MAX:
+            _checked_pairs.clear()
+        _checked_pairs[pair] = checked
+    return checked
 
 
 class Response:
@@ -164,13 +270,14 @@ class Response:
     The checks are flup's asserts with its messages, raised even under ``python -O``.
     """
 
-    __slots__ = ('responder', 'status', 'headers', 'headers_sent', 'result')
+    __slots__ = ('responder', 'status', 'headers', 'headers_sent', 'result', 'sent')
 
     def __init__(self, responder):
         self.responder = responder
         self.status = None
         self.headers = None
         self.headers_sent = False
+        self.sent = 0  # body bytes handed to the responder (None: a file went by sendfile)
         self.result = None
 
     def start_response(self, status, response_headers, exc_info=None):
@@ -187,17 +294,14 @@ class Response:
         if type(response_headers) is not list:
             raise AssertionError('Headers must be a list')
         headers = []
-        for name, value in response_headers:
-            # str is the WSGI norm: encoded inline; anything else through _to_bytes' checks.
-            if type(name) is str:
-                name = name.encode('latin-1')
-            elif type(name) is not bytes:
-                name = _to_bytes(name, 'Header name "%s" must be bytes' % (name,))
-            if type(value) is str:
-                value = value.encode('latin-1')
-            elif type(value) is not bytes:
-                value = _to_bytes(value, 'Value of header "%s" must be bytes' % (name,))
-            headers.append((name, value))
+        for pair in response_headers:
+            try:
+                checked = _cached_pair(pair)
+            except TypeError:  # a list [name, value]: unhashable, checked every time
+                checked = None
+            if checked is None:
+                checked = _check_pair(pair)
+            headers.append(checked)
         self.status = status
         self.headers = headers
         return self.write
@@ -211,6 +315,7 @@ class Response:
             data = _to_bytes(data, 'write() argument must be bytes')
         if self.headers_sent:
             if data:
+                self.sent += len(data)
                 self.responder.send_body(data, more)
             return
         if self.status is None:
@@ -226,6 +331,7 @@ class Response:
             else:
                 headers.append((b'Content-Length', str(len(data)).encode('latin-1')))
         self.headers_sent = True
+        self.sent = len(data)
         self.responder.send_head(self.status, headers, data, more)
 
 
@@ -239,6 +345,7 @@ class Response:
         if not self.headers_sent:
             self.headers_sent = True
             self.responder.send_head(self.status, self.headers, b'', False)
+        self.sent = None
         self.responder.send_file(filelike)
         return True
 
@@ -271,6 +378,20 @@ class FileWrapper:
         raise StopIteration
 
 
+# What watches every request of this process (the access and slow logs: flupfast.ops), or
+# None: then a request costs one global read more than without the feature.
+_observer = None
+
+
+def set_observer(observer):
+    """Watch every request of this process: ``observer.begin(environ)`` returns a token before
+    the app is called, ``observer.end(token, response, failed)`` runs once the request is over
+    (``response`` has ``status``, ``headers``, ``headers_sent`` and ``sent``; ``failed`` is
+    true when the app raised). None stops watching."""
+    global _observer
+    _observer = observer
+
+
 def run_application(application, environ, responder, app_lock=None):
     """Call the app and send its result through ``responder``; ``close()`` always called.
 
@@ -280,6 +401,21 @@ def run_application(application, environ, responder, app_lock=None):
     reported by the return value: False when the peer was gone, True otherwise.
     """
     response = Response(responder)
+    observer = _observer
+    if observer is None:
+        return _run(application, environ, response, app_lock)
+    token = observer.begin(environ)
+    failed = True
+    try:
+        done = _run(application, environ, response, app_lock)
+        failed = False
+        return done
+    finally:
+        observer.end(token, response, failed)
+
+
+def _run(application, environ, response, app_lock):
+    responder = response.responder
     if app_lock is not None:
         app_lock.acquire()
     try:

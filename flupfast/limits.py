@@ -3,16 +3,21 @@
 Codecs, streams and connections import their caps from here so that one place documents them.
 """
 
-# FastCGI PARAMS: mod_fcgid cannot send more than 64 KiB in its single PARAMS record; nginx's
-# large_client_header_buffers default to 4 x 8 KiB. 1 MiB leaves room for huge cookies while
-# stopping a peer from making us buffer without end.
+# FastCGI PARAMS: the largest environment a front builds at its default limits is Apache's,
+# 822 KB (100 header fields of 8190 bytes after an 8190-byte request line, mod_proxy_fcgi and
+# mod_proxy_scgi); nginx's 4 x 8 KiB header buffers make 43 KB, lighttpd's 8 KiB head 8.5 KB,
+# mod_fcgid's single PARAMS record < 64 KiB (docs/front-fidelity.md). 1 MiB holds all of them
+# while stopping a peer from making us buffer without end.
 MAX_PARAMS_BYTES = 1 << 20
 
-# Name-value pairs per request: real front ends send 20-60; 4096 allows headers galore.
+# Name-value pairs per request: real requests make 20-60; at their defaults nginx 1.22 sends at
+# most about 1020 (1000 header lines, one pair each, and its params), lighttpd under 2000 (its
+# 8 KiB request head), Apache about 130 (100 fields).
 MAX_PARAMS_PAIRS = 4096
 
-# SCGI header netstring: the same room as FastCGI's PARAMS. A longer length prefix than this
-# cap's digits is rejected before the block is buffered.
+# SCGI header netstring: the same room as FastCGI's PARAMS (Apache mod_proxy_scgi's largest,
+# 822 KB, fits). A longer length prefix than this cap's digits is rejected before the block is
+# buffered.
 MAX_SCGI_HEADER_BYTES = MAX_PARAMS_BYTES
 
 # PARAMS one FastCGI connection may hold at once, summed over the requests begun on it, as a
@@ -46,6 +51,10 @@ COALESCE_LIMIT = 256 * 1024
 # Lingering close: after the last response on a non-kept connection, read and discard what the
 # peer still sends (unread body) for at most this long, so it sees FIN and not RST (uwsgi#614).
 LINGER_SECONDS = 5.0
+
+# Before a reset that marks a response cut short, wait at most this long for what was sent
+# (the traceback on FastCGI STDERR last) to leave our send queue: a reset discards the rest.
+RESET_DRAIN_SECONDS = 1.0
 
 # At most this many iovecs per sendmsg() call (Linux IOV_MAX is 1024).
 MAX_IOVECS = 1024
@@ -88,3 +97,17 @@ FORK_OVERLOAD_WAIT = 5.0
 # short-lived thread, at most this many at once. Each lasts at most OVERLOAD_ANSWER_SECONDS:
 # 16 refuse hundreds of prompt peers a second, and a flood of slow ones adds no more threads.
 MAX_OVERLOAD_ANSWERS = 16
+
+# The command line's reload first imports the app in a fresh interpreter, so new code that does
+# not load is refused while the old code serves on (connections wait in the listen queue
+# meanwhile). An app whose import takes longer than this is refused as if it had failed.
+RELOAD_CHECK_TIMEOUT = 60.0
+
+# A peer outside the allow-list is logged once per address per this many seconds (per process):
+# enough to diagnose a misconfigured web server, too few lines for a stranger retrying in a
+# loop to fill the disk.
+REFUSED_PEER_LOG_INTERVAL = 60
+
+# Refused addresses remembered for that; past this many the memory is emptied (a flood from
+# many addresses then logs again, at most this many lines per interval).
+REFUSED_PEERS_REMEMBERED = 1024

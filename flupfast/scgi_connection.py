@@ -8,6 +8,7 @@ Log messages and levels are flup's (logger ``scgi-wsgi``), so a site's logging k
 import datetime
 import io
 import logging
+import time
 
 from flupfast import _impl, fastlog
 from flupfast import body as _body_module
@@ -109,28 +110,32 @@ class SCGIRequest:
         sent yet (flup scgi_base.py:150-175)."""
         environ = self.environ
         logger = self.logger
-        fastlog.info(logger, '%s %s%s', environ['REQUEST_METHOD'],
-                     environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''))
+        fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], fastlog.readable(
+            environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')))
         debug = logger.isEnabledFor(logging.DEBUG)
         if debug:
             start = datetime.datetime.now()
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
-            logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
-                           environ.get('REQUEST_URI', environ.get('PATH_INFO', '')), exc)
+            logger.warning('%s %s: %s', environ['REQUEST_METHOD'], fastlog.readable(
+                environ.get('REQUEST_URI', environ.get('PATH_INFO', ''))), exc)
         except Exception as exc:
             if is_peer_gone(exc):
                 logger.debug('the web server went away: %s', exc)
             else:
                 logger.exception('Exception caught from handler')
-                if not self.stdout.dataWritten:
+                if self.stdout.dataWritten:
+                    # SCGI ends at EOF: only a TCP reset tells the web server the response
+                    # is cut short (``truncated-response-signalled``).
+                    self._conn.end_abruptly(drain=self._conn.discard_body)
+                else:
                     self._conn.server.error(self)
         if debug:
             elapsed = datetime.datetime.now() - start
-            logger.debug('%s %s%s done (%.3f secs)', environ['REQUEST_METHOD'],
-                         environ.get('SCRIPT_NAME', ''), environ.get('PATH_INFO', ''),
-                         elapsed.total_seconds())
+            logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'], fastlog.readable(
+                environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')),
+                elapsed.total_seconds())
 
 
 class SCGIConnection(LoggedConnection):
@@ -178,8 +183,18 @@ class SCGIConnection(LoggedConnection):
         req = self.server.requestClass(self, environ, stdin, output)
         with request_deadline(self._timeout, self._timed_out):
             req.run()
-        output.flush()
+        if not self.closed:
+            output.flush()
         self.served = 1
+
+    def discard_body(self, deadline):
+        """Read and drop what is left of the body (CONTENT_LENGTH) until ``deadline``."""
+        body = self._body
+        while body is not None and body.left > 0 and time.monotonic() < deadline:
+            data = self.recv_some(body.left)
+            if not data:
+                return
+            body.left -= len(data)
 
     def _answer_overloaded(self):
         """SCGI has no refusal of its own: the header netstring is read, a 503 sent."""

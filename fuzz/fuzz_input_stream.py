@@ -1,4 +1,5 @@
-"""atheris target: wsgi.input (InputStream) under any chunking and reads on both backends (see fuzz/runner.py, fuzz/README.md)."""
+"""atheris target: wsgi.input (InputStream) under any chunking and reads on both backends
+(see fuzz/runner.py, fuzz/README.md)."""
 import os
 import sys
 

@@ -4,7 +4,10 @@ import json
 
 import pytest
 
-from bench import callgrind, fronts, run
+from bench import fronts, run
+from bench.drivers import callgrind, wrk
+from bench.report import fronts as fronts_report
+from bench.report import instructions
 
 WRK_REPORT = """\
 Running 1s test @ http://127.0.0.1:8080/
@@ -24,7 +27,7 @@ Transfer/sec:    800.00KB
 
 
 def test_parse_wrk_counts_only_successful_answers():
-    res = fronts.parse_wrk(WRK_REPORT)
+    res = wrk.parse_wrk(WRK_REPORT)
     assert res["requests"] == 5000
     assert res["p99_ms"] == 0.85
     assert res["errors"] == 3
@@ -34,7 +37,7 @@ def test_parse_wrk_counts_only_successful_answers():
 
 
 def test_parse_wrk_without_rate():
-    assert fronts.parse_wrk("unable to connect to 127.0.0.1:1 Connection refused") is None
+    assert wrk.parse_wrk("unable to connect to 127.0.0.1:1 Connection refused") is None
 
 
 def test_callgrind_difference_removes_startup():
@@ -87,7 +90,7 @@ def _results():
 
 
 def test_fronts_table_ratios_and_reasons():
-    lines = fronts.render_section(_results())
+    lines = fronts_report.render_section(_results())
     text = "\n".join(lines)
     hello = next(line for line in lines if line.startswith("| hello req/s") and "1000" in line)
     cells = [c.strip() for c in hello.strip("|").split("|")]
@@ -105,7 +108,7 @@ def test_fronts_table_ratios_and_reasons():
 
 
 def test_fronts_targets():
-    targets = {t["target"]: t for t in fronts.evaluate_targets(_results())}
+    targets = {t["target"]: t for t in fronts_report.evaluate_targets(_results())}
     fcgi = targets["FastCGI, thread mode, nginx: flupfast compiled hello >= 1x uWSGI req/s"]
     assert fcgi["met"] and fcgi["value"].startswith("1.25x")
     fork = targets["FastCGI, fork mode, nginx: flupfast compiled hello >= 1x uWSGI req/s"]
@@ -118,7 +121,7 @@ def test_fronts_targets():
 
 
 def test_callgrind_table():
-    lines = callgrind.render_section(_results(), ["flup", "pure", "compiled"])
+    lines = instructions.render_section(_results(), ["flup", "pure", "compiled"])
     row = next(line for line in lines if line.startswith("| FastCGI"))
     assert "| 300,000 | 200,000 | server did not start under valgrind: x | 1.50x fewer |" \
         in row
@@ -149,3 +152,4 @@ class _Args:
     conns, rounds, duration, upload_mib, download_mib = 16, 0, 0, 100, 100
     flup_download_mib, flup_full_timeout, modes, log_levels, callgrind_n = 20, 30, "thread", \
         "", 0
+    sweep, peers, requests, seed_upload_timeout = False, "", 0, 0

@@ -32,7 +32,7 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
     cdef const unsigned char *nul
     cdef Py_ssize_t fields = 0, name_len, value_len, i
     cdef dict environ
-    cdef str key
+    cdef str key, text
     cdef object length_text, scgi
     if n == 0:
         raise SCGIError('missing CONTENT_LENGTH (empty header block)')
@@ -56,9 +56,11 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
         if name_len == 0:
             raise SCGIError('empty header name')
         key = _decode_name(name, name_len)
-        if key in environ:
-            raise SCGIError('duplicate header %r' % key)
-        environ[key] = PyUnicode_DecodeLatin1(<char *>value, value_len, NULL)
+        text = PyUnicode_DecodeLatin1(<char *>value, value_len, NULL)
+        # The last value wins, as in the pure twin; a repeated CONTENT_LENGTH must agree.
+        if name != p and key == 'CONTENT_LENGTH' and text != environ.get(key, text):
+            raise SCGIError('conflicting CONTENT_LENGTH %r after %r' % (text, environ[key]))
+        environ[key] = text
         name = nul + 1
     # The first pair: p[0:14] is its name when it is CONTENT_LENGTH.
     name_len = (<const unsigned char *>memchr(p, 0, n)) - p
@@ -72,9 +74,9 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
     if value_len == 0 or not _all_digits(value, value_len):
         raise SCGIError('invalid CONTENT_LENGTH %r' % length_text)
     scgi = environ.get('SCGI')
-    if scgi is None:
-        raise SCGIError('missing SCGI header')
-    if scgi != '1':
+    # nginx sends SCGI=1 only through the stock scgi_params, so a site's own scgi_param list
+    # may lack it: accepted, as flup does (compat/known_differences.py scgi-netstring-strict).
+    if scgi is not None and scgi != '1':
         raise SCGIError('unsupported SCGI version %r' % scgi)
     return environ, _scgi_content_length(length_text)
 

@@ -19,6 +19,18 @@ class BackendError(ProtocolError):
     """The backend's answer cannot be turned into a response (closed early, bad head)."""
 
 
+def backend_address(client, connect, host, port):
+    """The backend's address from a client's ``connect`` or ``host`` and ``port`` (flup's
+    keywords); ValueError naming ``client`` when neither is complete."""
+    if host is not None:
+        if port is None:
+            raise ValueError('%s: host given without port' % client)
+        return (host, port)
+    if connect is None:
+        raise ValueError('%s: give connect (or host and port)' % client)
+    return connect
+
+
 def connect(address):
     """A connected socket: a str is a Unix socket path, a tuple (host, port) TCP."""
     if isinstance(address, str):

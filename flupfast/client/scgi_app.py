@@ -4,7 +4,8 @@ SCGI backend (a Unix socket or host and port) and streams its answer back.
 The request netstring is encoded by flupfast's SCGI codec; the answer is the CGI-style
 response the backend writes before it closes the connection.
 """
-from flupfast.client._proxy import EnvironFilter, connect, input_chunks, respond
+from flupfast.client._proxy import (
+    EnvironFilter, backend_address, connect, input_chunks, respond)
 from flupfast.protocols import scgi
 
 __all__ = ['SCGIApp']
@@ -23,13 +24,7 @@ class SCGIApp(EnvironFilter):
     """
 
     def __init__(self, connect=None, host=None, port=None, filterEnviron=True):
-        if host is not None:
-            if port is None:
-                raise ValueError('SCGIApp: host given without port')
-            connect = (host, port)
-        if connect is None:
-            raise ValueError('SCGIApp: give connect (or host and port)')
-        self._connect = connect
+        self._connect = backend_address('SCGIApp', connect, host, port)
         self._filterEnviron = filterEnviron
 
     def __call__(self, environ, start_response):

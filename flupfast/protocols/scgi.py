@@ -5,7 +5,11 @@ No sockets, threads or WSGI here. ``flupfast._speedups`` has a compiled twin of
 
 The request (scgi protocol.txt) is one netstring ``<len>:<block>,`` whose block holds
 ``name NUL value NUL`` pairs, ``CONTENT_LENGTH`` first and ``SCGI`` = ``1`` among them, then
-exactly CONTENT_LENGTH body bytes. The connection closes after the response.
+exactly CONTENT_LENGTH body bytes. The connection closes after the response. What real fronts
+send is accepted as flup does (compat/known_differences.py ``scgi-netstring-strict``): a
+repeated name keeps its last value (nginx before 1.23 sends one pair per header line, so two
+``Cookie`` lines give two HTTP_COOKIE pairs), and a missing ``SCGI`` is allowed (nginx sends
+it only through the stock scgi_params).
 """
 from flupfast.limits import MAX_PARAMS_PAIRS, MAX_SCGI_HEADER_BYTES
 from flupfast.protocols.errors import SCGIError
@@ -75,9 +79,13 @@ def _decode_headers(block, max_pairs):
         if not name:
             raise SCGIError('empty header name')
         name = name.decode('latin-1')
-        if name in environ:
-            raise SCGIError('duplicate header %r' % name)
-        environ[name] = fields[index + 1].decode('latin-1')
+        value = fields[index + 1].decode('latin-1')
+        # The last value wins (flup's dict), except that the body's length must not change
+        # after the first pair framed it: a repeat must say the same.
+        if name == 'CONTENT_LENGTH' and index and value != environ.get(name, value):
+            raise SCGIError('conflicting CONTENT_LENGTH %r after %r'
+                            % (value, environ[name]))
+        environ[name] = value
     if fields[0] != b'CONTENT_LENGTH':
         if 'CONTENT_LENGTH' in environ:
             raise SCGIError('CONTENT_LENGTH is not the first header')
@@ -86,9 +94,9 @@ def _decode_headers(block, max_pairs):
     if not value or value.strip(_DIGITS):
         raise SCGIError('invalid CONTENT_LENGTH %r' % value.decode('latin-1'))
     scgi = environ.get('SCGI')
-    if scgi is None:
-        raise SCGIError('missing SCGI header')
-    if scgi != '1':
+    # nginx sends SCGI=1 only through the stock scgi_params, so a site's own scgi_param list
+    # may lack it: accepted, as flup does (compat/known_differences.py scgi-netstring-strict).
+    if scgi is not None and scgi != '1':
         raise SCGIError('unsupported SCGI version %r' % scgi)
     return environ, parse_content_length(environ['CONTENT_LENGTH'])
 

@@ -9,7 +9,7 @@ import sys
 import threading
 
 from flupfast import gateway
-from flupfast.serving.listen import bind_listen_socket
+from flupfast.serving.listen import AllowList, bind_listen_socket, warn_if_exposed
 
 
 def install_console_handler(logger_name):
@@ -33,6 +33,12 @@ class SCGIAJPServerBase(object):
 
     LoggerName = None  # set by the protocol base
 
+    # A Unix socket's owner ("user", "user:group", ":group") and mode (e.g. 0o660), set before
+    # it listens (PHP-FPM's listen.owner, listen.group, listen.mode); None leaves what the
+    # process and ``umask`` give. Not in flup: set them on the server before run().
+    socketOwner = None
+    socketMode = None
+
     def _init_common(self, application, scriptName, environ, multithreaded, multiprocess,
                      bindAddress, umask, allowedServers, loggingLevel, debug, no_default):
         if environ is None:
@@ -48,6 +54,7 @@ class SCGIAJPServerBase(object):
         if allowedServers is no_default:
             allowedServers = ['127.0.0.1']
         self._allowedServers = allowedServers
+        self._allow_list = None  # built at the first check, from _allowedServers
         # Serialises the app when it is not thread-safe (multithreaded=False).
         self._appLock = threading.Lock()
         self.logger = logging.getLogger(self.LoggerName)
@@ -58,7 +65,8 @@ class SCGIAJPServerBase(object):
         """Creates and binds the socket for communication with the server: a str is a Unix
         socket path (``umask`` applies while it is created), a 2-tuple IPv4, a longer tuple
         (host, port, flowinfo, scope_id) IPv6."""
-        return bind_listen_socket(self._bindAddress, self._umask)
+        return bind_listen_socket(self._bindAddress, self._umask, self.socketOwner,
+                                  self.socketMode)
 
     def _cleanupSocket(self, sock):
         """Closes the main socket."""
@@ -67,14 +75,12 @@ class SCGIAJPServerBase(object):
     def _isClientAllowed(self, addr):
         """allowedServers None admits anybody; otherwise an IPv4 or IPv6 peer must be listed
         (flup admits every IPv6 peer: its check only looks at 2-tuples). Unix-socket peers are
-        admitted: the socket file's permissions decide who may connect."""
-        allowed = self._allowedServers
-        if allowed is None or not isinstance(addr, tuple) or not addr:
-            return True
-        if addr[0] in allowed:
-            return True
-        self.logger.warning('Server connection from %s disallowed', addr[0])
-        return False
+        admitted: the socket file's permissions decide who may connect. A refusal is logged
+        at most once a minute per address (serving/listen.py AllowList)."""
+        allow = self._allow_list
+        if allow is None or allow.addresses is not self._allowedServers:
+            allow = self._allow_list = AllowList(self._allowedServers, logger=self.logger)
+        return allow.allows(addr)
 
     def _run_logged(self, mode_run):
         """flup's front-end ``run()``: log, set up the socket, run the mode, clean up.
@@ -88,6 +94,7 @@ class SCGIAJPServerBase(object):
             self.bind_error = exc
             self.logger.error('Failed to bind socket (%s), exiting', exc.strerror or exc)
             return False
+        warn_if_exposed(sock, self.logger, AllowList(self._allowedServers))
         try:
             ret = mode_run(self, sock)
         finally:

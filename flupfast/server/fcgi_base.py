@@ -24,7 +24,9 @@ from flupfast.protocols.fastcgi import (  # noqa: F401  (flup exports every FCGI
     FCGI_VERSION_1, decode_header, decode_params, encode_pair, encode_record)
 from flupfast.body import Spool
 from flupfast.server._blocking_io import recv_exactly, recvall, sendall
-from flupfast.serving.listen import bind_listen_socket, inherited_listen_socket
+from flupfast.serving import systemd
+from flupfast.serving.listen import (AllowList, bind_listen_socket, inherited_listen_socket,
+                                     warn_if_exposed)
 
 __all__ = ['BaseFCGIServer']
 
@@ -349,9 +351,15 @@ class BaseFCGIServer(object):
     # attribute stays for subclasses that read or set it.
     inputStreamShrinkThreshold = 102400 - 8192
 
+    # A Unix socket's owner ("user", "user:group", ":group") and mode (e.g. 0o660), set before
+    # it listens (PHP-FPM's listen.owner, listen.group, listen.mode); None leaves what the
+    # process and ``umask`` give. Not in flup: set them on the server before run().
+    socketOwner = None
+    socketMode = None
+
     def __init__(self, application, environ=None, multithreaded=True, multiprocess=False,
                  bindAddress=None, umask=None, multiplexed=False, debug=False,
-                 roles=(FCGI_RESPONDER,), forceCGI=False):
+                 roles=(FCGI_RESPONDER,), forceCGI=False, allowedServers=None):
         """
         bindAddress, if present, must be a string (a Unix socket path) or a tuple: a 2-tuple
         (host, port) listens on IPv4, a longer one (host, port, flowinfo, scope_id) on IPv6.
@@ -364,6 +372,11 @@ class BaseFCGIServer(object):
 
         Set multiplexed to True to handle several requests at once on one connection (each
         in its own thread). nginx and Apache never multiplex, so it is off by default.
+
+        allowedServers (flupfast's addition; flup has only FCGI_WEB_SERVER_ADDRS) is None
+        (anybody) or a list of the IP addresses of the web servers allowed to connect, as
+        SCGI's and AJP's; Unix-socket peers are admitted. With FCGI_WEB_SERVER_ADDRS also set,
+        a peer must pass both.
         """
         if environ is None:
             environ = {}
@@ -378,6 +391,8 @@ class BaseFCGIServer(object):
         self._bindAddress = bindAddress
         self._umask = umask
         self._web_server_addrs = None
+        self._allowedServers = allowedServers
+        self._allow_lists = None  # (FCGI_WEB_SERVER_ADDRS, allowedServers), set by run()
         # Serialises the app when it is not thread-safe (multithreaded=False).
         self._appLock = threading.Lock()
         max_conns = _rlimit('RLIMIT_NOFILE')
@@ -400,14 +415,17 @@ class BaseFCGIServer(object):
         if self._bindAddress is None:
             force_cgi = self.forceCGI or \
                 os.environ.get('FCGI_FORCE_CGI', 'N').upper().startswith('Y')
-            sock = None if force_cgi else inherited_listen_socket(FCGI_LISTENSOCK_FILENO)
+            # systemd's socket activation (fds from 3) first, then the web server's fd 0.
+            sock = None if force_cgi else (systemd.listen_socket() or
+                                           inherited_listen_socket(FCGI_LISTENSOCK_FILENO))
             if sock is None:
                 # flup's detection crashes here on Python >= 3.8 (socket.fromfd raises ENOTSOCK).
                 req = self.cgirequest_class(self)
                 req.run()
                 sys.exit(0)
             return sock
-        return bind_listen_socket(self._bindAddress, self._umask)
+        return bind_listen_socket(self._bindAddress, self._umask, self.socketOwner,
+                                  self.socketMode)
 
     def _cleanupSocket(self, sock):
         """Closes the main socket."""
@@ -415,21 +433,27 @@ class BaseFCGIServer(object):
 
     def _isClientAllowed(self, addr):
         # FCGI_WEB_SERVER_ADDRS (spec 3.2): only the listed IPv4 peers; with the variable set,
-        # Unix-socket and IPv6 peers are refused, as flup does (silently: we log it).
-        if self._web_server_addrs is None or \
-                (isinstance(addr, tuple) and len(addr) == 2 and addr[0] in self._web_server_addrs):
-            return True
-        _connection.logger.warning('FastCGI connection from %s refused: not in '
-                                   'FCGI_WEB_SERVER_ADDRS',
-                                   addr[0] if isinstance(addr, tuple) and addr else 'a Unix socket')
-        return False
+        # Unix-socket and IPv6 peers are refused, as flup does (silently: we log it). Then
+        # allowedServers, SCGI's rule. Both are serving/listen.py's AllowList.
+        lists = self._allow_lists
+        if lists is None or lists[0].addresses is not self._web_server_addrs \
+                or lists[1].addresses is not self._allowedServers:  # (re)assigned: read again
+            lists = self._allow_lists = self._build_allow_lists()
+        return lists[0].allows(addr) and lists[1].allows(addr)
+
+    def _build_allow_lists(self):
+        return (AllowList.web_server_addrs(self._web_server_addrs, _connection.logger),
+                AllowList(self._allowedServers, logger=_connection.logger,
+                          reason='not in allowedServers'))
 
     def _run_mode(self, mode_run):
         """flup's front-end ``run()``, once for the three modes: read FCGI_WEB_SERVER_ADDRS,
         set up the socket, run the mode, close the socket; returns the mode's result."""
         addrs = os.environ.get('FCGI_WEB_SERVER_ADDRS')
         self._web_server_addrs = None if addrs is None else [a.strip() for a in addrs.split(',')]
+        self._allow_lists = self._build_allow_lists()
         sock = self._setupSocket()
+        warn_if_exposed(sock, _connection.logger, *self._allow_lists)
         try:
             return mode_run(self, sock)
         finally:

@@ -21,11 +21,14 @@ class WSGIServer(BaseFCGIServer, SingleServer):
         bindAddress, if present, must either be a string or a tuple. If present, run() will
         open its own listening socket: a string is a Unix socket path, a 2-tuple an IPv4
         (host, port). Otherwise the web server's socket is inherited on fd 0.
+
+        allowedServers (a keyword in ``**kw``, flupfast's addition) is None or a list of the
+        IP addresses allowed to connect, as for SCGI; FCGI_WEB_SERVER_ADDRS still applies.
         """
         BaseFCGIServer.__init__(self, application, environ=environ, multithreaded=False,
                                 multiprocess=False, bindAddress=bindAddress, umask=umask,
                                 multiplexed=multiplexed, debug=debug, roles=roles,
-                                forceCGI=forceCGI)
+                                forceCGI=forceCGI, allowedServers=kw.pop('allowedServers', None))
         kw.pop('jobClass', None)
         kw.pop('jobArgs', None)
         SingleServer.__init__(self, jobClass=self._connectionClass, jobArgs=(self, None), **kw)

@@ -24,6 +24,11 @@ no PATH_INFO, and flup then slices one out of the raw REQUEST_URI):
                         (at most 15 s) until D holds N files, then answers ``met N``; else
                         ``alone K``. Only N requests served at once can all meet.
   /head                 a fixed body with Content-Length, for HEAD requests
+  /redirect?<text>      302 with ``Location: /x`` + the percent-decoded query string, as an
+                        app that trusts its input would (response splitting:
+                        known_differences 'response-head-checked')
+  /bigheader?size=N     a header X-Big of N bytes
+  /headers?count=N      N headers X-Header-<i>
 """
 import hashlib
 import json
@@ -31,7 +36,7 @@ import os
 import tempfile
 import threading
 import time
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 HELLO = b"Hello world!\n"
 HEAD_BODY = b"head body: 0123456789\n" * 3
@@ -88,7 +93,8 @@ def pattern_sha256(size):
 
 
 ROUTES = ("/", "/environ", "/upload", "/download", "/stream", "/write", "/error",
-          "/error-after", "/str", "/sleep", "/head", "/barrier")
+          "/error-after", "/str", "/sleep", "/head", "/redirect", "/bigheader", "/headers",
+          "/barrier")
 BARRIER_WAIT = 15.0
 
 
@@ -265,6 +271,22 @@ def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain"),
                                   ("Content-Length", str(len(HEAD_BODY)))])
         return [HEAD_BODY]
+
+    if route == "/redirect":
+        start_response("302 Found", [
+            ("Location", "/x" + unquote(environ.get("QUERY_STRING", ""), "latin-1")),
+            ("Content-Type", "text/plain")])
+        return [b"moved\n"]
+
+    if route == "/bigheader":
+        start_response("200 OK", [("Content-Type", "text/plain"),
+                                  ("X-Big", "b" * int(query.get("size", "0")))])
+        return [HELLO]
+
+    if route == "/headers":
+        start_response("200 OK", [("Content-Type", "text/plain")] + [
+            ("X-Header-%d" % i, "v") for i in range(int(query.get("count", "0")))])
+        return [HELLO]
 
     body = ("no route %s (SCRIPT_NAME=%r PATH_INFO=%r REQUEST_URI=%r)\n" % (
         route, environ.get("SCRIPT_NAME"), environ.get("PATH_INFO"),

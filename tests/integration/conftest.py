@@ -10,7 +10,10 @@ import os
 
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.peers")
+# The harness modules hold the shared checks' asserts: rewrite them for readable failures.
+pytest.register_assert_rewrite(*("tests.integration.%s" % m for m in (
+    "peers", "processes", "http_client", "fronts", "probe_script", "nginx", "apache",
+    "lighttpd", "scenarios")))
 
 from .peers import ServerSpec  # noqa: E402
 

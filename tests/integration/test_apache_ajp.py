@@ -6,7 +6,7 @@ Variants: the default pool; ``ping=3`` (CPING/CPONG before requests); ``secret=`
 PATH_INFO: REQUEST_URI is req_uri (the path as Apache re-encodes it, without the query, which
 comes as attribute 5) and, as in flup, PATH_INFO is that path, not percent-decoded
 (Front.split "raw"). Chunked request bodies are not pushed: the server must pull them with
-GET_BODY_CHUNK, and gets no CONTENT_LENGTH. Checks live in peers.FrontSuite.
+GET_BODY_CHUNK, and gets no CONTENT_LENGTH. Checks live in scenarios.FrontSuite.
 """
 import contextlib
 import threading
@@ -153,6 +153,7 @@ class _AjpVariantSuite:
     test_hello = FrontSuite.test_hello
     test_environ_query_string = FrontSuite.test_environ_query_string
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_chunked_upload = FrontSuite.test_chunked_upload
     test_sequential_requests_connection_reuse = FrontSuite.test_sequential_requests_connection_reuse
     test_concurrent_pooled = AjpChecks.test_concurrent_pooled

@@ -1,6 +1,6 @@
 """The server under test behind a real Apache 2.4: mod_proxy_fcgi (``ProxyPass ... fcgi://``,
 with and without ``enablereuse``) and mod_fcgid (spawning a .fcgi script whose listening
-socket is fd 0). Checks live in peers.FrontSuite.
+socket is fd 0). Checks live in scenarios.FrontSuite.
 """
 import pytest
 

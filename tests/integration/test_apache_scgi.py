@@ -5,7 +5,7 @@ Without ``proxy-scgi-pathinfo`` Apache sends SCRIPT_NAME = the decoded path and 
 the server derives PATH_INFO, and flup's cut of the raw REQUEST_URI at len(SCRIPT_NAME) is
 garbage for encoded paths (``/environ/caf%C3%A9/a%20b%21`` -> ``a%20b%21``). With it, Apache
 sends PATH_INFO itself (set with SetEnvIf: ``SetEnv`` runs after mod_proxy_scgi reads it).
-Checks live in peers.FrontSuite and test_nginx_scgi.ScgiChecks.
+Checks live in scenarios.FrontSuite and scenarios.ScgiChecks.
 """
 import pytest
 
@@ -53,6 +53,7 @@ class TestApacheScgiPathInfo:
     test_hello = FrontSuite.test_hello
     test_environ_query_string = FrontSuite.test_environ_query_string
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
 
     @pytest.mark.parametrize("wire, decoded", [

@@ -2,7 +2,7 @@
 
 Variants: upstream keepalive with ``fastcgi_keep_conn on``; ``fastcgi_keep_conn off`` (the
 server must close after each response); ``fastcgi_request_buffering off`` (bodies streamed,
-chunked uploads arrive with no CONTENT_LENGTH). Checks live in peers.FrontSuite.
+chunked uploads arrive with no CONTENT_LENGTH). Checks live in scenarios.FrontSuite.
 """
 import http.client
 import json
@@ -92,6 +92,7 @@ class _ModeSuite:
     test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
     test_chunked_upload = FrontSuite.test_chunked_upload
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_sequential_requests_connection_reuse = FrontSuite.test_sequential_requests_connection_reuse
 
 
@@ -105,4 +106,33 @@ class TestNginxSingleMode(_ModeSuite):
     upstream; in production another worker) waits for nginx's 60 s keepalive_timeout. Measured
     identical with flup 1.0.3 and flupfast."""
     mode = "single"
+    keep_conn = False
+
+
+class _TcpSuite:
+    """nginx reaching the server over loopback TCP (where a truncated response is signalled
+    with a reset rather than as on a Unix socket): the smoke checks, the failed response and
+    backend connection reuse."""
+    pytestmark = [pytest.mark.peer]
+    keep_conn = True
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def front(cls, server):
+        front = start_nginx(server, keep_conn=cls.keep_conn, unix=False,
+                            name="nginx-tcp-%s" % ("keep" if cls.keep_conn else "nokeep"))
+        yield front
+        front.stop()
+
+    test_hello = FrontSuite.test_hello
+    test_error_page = FrontSuite.test_error_page
+    test_error_after_first_chunk = FrontSuite.test_error_after_first_chunk
+    test_sequential_requests_connection_reuse = FrontSuite.test_sequential_requests_connection_reuse
+
+
+class TestNginxTcpKeepConn(_TcpSuite):
+    keep_conn = True
+
+
+class TestNginxTcpNoKeepConn(_TcpSuite):
     keep_conn = False

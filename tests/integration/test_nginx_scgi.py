@@ -5,16 +5,17 @@ nginx sends CONTENT_LENGTH first, then ``scgi_params`` (REQUEST_URI, DOCUMENT_UR
 SCRIPT_NAME or PATH_INFO); the main location adds what a typical site does (SCRIPT_NAME "" and
 PATH_INFO $uri), ``location ~ ^(/app)(/.*)$`` mounts the app on a prefix, and the counted port
 (through the connection-counting proxy) has the stock parameters only. One backend connection
-per request (SCGI has no keep-alive). Checks live in peers.FrontSuite.
+per request (SCGI has no keep-alive). Checks live in scenarios.FrontSuite.
 """
 import contextlib
 import json
 
 import pytest
 
-from .peers import (SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, expected_sha256, free_port,
-                    latin1_of_utf8, make_tempdir, probe, raw_exchange, remove_tempdir,
-                    scgi_request, start_backend, start_nginx_scgi, wait_for_log)
+from .peers import (SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ServerSpec, expected_sha256,
+                    free_port, latin1_of_utf8, make_tempdir, probe, raw_exchange, raw_http,
+                    remove_tempdir, scgi_request, start_backend, start_nginx_scgi,
+                    wait_for_log)
 
 pytestmark = [pytest.mark.peer]
 
@@ -61,6 +62,17 @@ class NginxScgiSuite(ScgiChecks, FrontSuite):
         assert (env["REQUEST_URI"], env["QUERY_STRING"]) == (wire + "?k=1", "k=1")
 
 
+    def test_own_scgi_params_without_scgi(self, front):
+        """location ~ ^(/bare)(/.*)$ lists its own scgi_param lines, without the stock
+        scgi_params: nginx then sends no SCGI=1, and the request is served as flup serves it."""
+        resp = front.request("GET", "/bare/environ/x?k=1")
+        assert resp.status == 200, (resp.status, resp.body[:500], front.describe()[-3000:])
+        env = resp.json()
+        assert "SCGI" not in env
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"], env["QUERY_STRING"]) == (
+            "/bare", "/environ/x", "k=1")
+
+
 class TestNginxScgiTcp(NginxScgiSuite):
     unix = False
 
@@ -75,8 +87,8 @@ class TestNginxScgiUnix(NginxScgiSuite):
                 "test_upload_100mib_read65536", "test_upload_100mib_readline",
                 "test_download_100mib", "test_upload_100mib_read_content_length",
                 "test_site_mount_path_info", "test_stock_scgi_params",
-                "test_percent_encoded_path", "test_raw_utf8_path", "test_str_body_latin1",
-                "test_error_after_first_chunk") or (
+                "test_percent_encoded_path", "test_raw_utf8_path",
+                "test_str_body_latin1") or (
                 request.node.originalname == "test_upload_modes"
                 and request.node.callspec.params.get("mode") not in ("read", "readline")):
             pytest.skip("covered over TCP: the transport does not change it")
@@ -101,6 +113,7 @@ class _ScgiModeSuite:
     test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
     test_chunked_upload = FrontSuite.test_chunked_upload
     test_error_page = FrontSuite.test_error_page
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
     test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
     test_one_backend_connection_per_request = ScgiChecks.test_one_backend_connection_per_request
 
@@ -112,6 +125,46 @@ class TestNginxScgiForkMode(_ScgiModeSuite):
 class TestNginxScgiSingleMode(_ScgiModeSuite):
     """flup 1.0.3 has no scgi_single: skipped there."""
     mode = "single"
+
+
+# ------------------------------------------------------------------------------------------
+# Repeated header lines: nginx before 1.23 sends one SCGI pair per line
+
+REPEATED = ["Cookie: a=1", "X-Forwarded-For: 10.0.0.1", "Cookie: b=2",
+            "X-Forwarded-For: 10.0.0.2"]
+# What differs between two fronts and two backends, whatever they run (the temp dirs, the
+# ports, the pid), and flup's text StringIO for an empty SCGI body (scgi-bounded-input).
+PER_RUN = ("probe.pid", "DOCUMENT_ROOT", "REMOTE_PORT", "SERVER_PORT", "wsgi.input.type")
+
+
+def environ_with_repeats(front):
+    resp, body, _ = raw_http(front.host, front.port, [
+        "GET /environ/x?k=1 HTTP/1.1", "Host: localhost", "Connection: close"] + REPEATED)
+    assert resp.status == 200, (resp.status, body[:500], front.describe()[-3000:])
+    env = json.loads(body)
+    for key in PER_RUN:
+        env.pop(key, None)
+    return env
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("mode", ["thread", "fork"])
+def test_repeated_headers_same_environ_as_flup(server, mode):
+    """Two Cookie and two X-Forwarded-For lines through nginx ``scgi_pass``: 200 and the
+    environ flup 1.0.3 gives behind the same nginx config (the last value of each)."""
+    if server.is_flup:
+        pytest.skip("flup is the reference here")
+    fronts = {}
+    try:
+        for name, spec in (("ours", server), ("flup", ServerSpec("flup"))):
+            fronts[name] = start_nginx_scgi(spec, mode=mode,
+                                            name="nginx-scgi-repeat-%s-%s" % (name, mode))
+        ours, flup = (environ_with_repeats(fronts[n]) for n in ("ours", "flup"))
+    finally:
+        for front in fronts.values():
+            front.stop()
+    assert (ours["HTTP_COOKIE"], ours["HTTP_X_FORWARDED_FOR"]) == ("b=2", "10.0.0.2")
+    assert ours == flup
 
 
 # ------------------------------------------------------------------------------------------

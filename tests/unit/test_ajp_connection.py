@@ -6,23 +6,19 @@ packet sizes, and every kind of bad input (a clear log line, the connection clos
 import hashlib
 import logging
 import socket
-import threading
 
 import pytest
 
-from flupfast import _impl
 from flupfast.gateway import ERROR_BODY
 from flupfast.server import ajp_base
 from tests.ajp_client import (CPING, Response, body_packet, forward_request, packet,
                               read_container_packets, request_bytes)
+from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo,
+                                          environ_app_showing, hello)
 
 
-@pytest.fixture
-def use_backend(backend, monkeypatch):
-    for name in ('AJPParser', 'decode_forward_request', 'decode_body_chunk', 'frame_body',
-                 'InputStream'):
-        monkeypatch.setattr(_impl, name, getattr(backend, name))
-    return backend
+use_backend = backend_fixture('AJPParser', 'decode_forward_request', 'decode_body_chunk',
+                              'frame_body', 'InputStream')
 
 
 class WebServer:
@@ -65,46 +61,24 @@ class WebServer:
             return True
 
 
-class Harness:
+class Harness(ConnectionHarness):
+    """A BaseAJPServer (``attrs`` set on it) whose connections run in threads over
+    socketpairs, each with its :class:`WebServer` end."""
+
+    connection_class = ajp_base.Connection
+
     def __init__(self, app, **attrs):
-        self.server = ajp_base.BaseAJPServer(app, allowedServers=None)
+        super().__init__(ajp_base.BaseAJPServer(app, allowedServers=None))
         for name, value in attrs.items():
             setattr(self.server, name, value)
-        self.threads = []
-        self.served = []
 
     def connect(self, chunk=8186, max_requests=None):
-        ours, theirs = socket.socketpair()
-        conn = ajp_base.Connection(theirs, '', self.server, None)
-        conn.max_requests = max_requests
-        thread = threading.Thread(target=lambda: self.served.append(conn.run()), daemon=True)
-        thread.start()
-        self.threads.append(thread)
-        ours.settimeout(10)
-        return WebServer(ours, chunk)
-
-    def join(self):
-        for thread in self.threads:
-            thread.join(10)
-            assert not thread.is_alive(), 'connection thread hung'
+        return WebServer(super().connect(max_requests=max_requests), chunk)
 
 
-def hello(environ, start_response):
-    start_response('200 OK', [('Content-Type', 'text/plain')])
-    return [b'Hello world!\n']
-
-
-def echo(environ, start_response):
-    data = environ['wsgi.input'].read()
-    start_response('200 OK', [('Content-Type', 'application/octet-stream')])
-    return [hashlib.sha256(data).hexdigest().encode() + b' %d' % len(data)]
-
-
-def environ_app(environ, start_response):
-    start_response('200 OK', [])
-    keys = ('REQUEST_METHOD', 'PATH_INFO', 'SCRIPT_NAME', 'QUERY_STRING', 'REQUEST_URI',
-            'HTTPS', 'wsgi.url_scheme', 'CONTENT_LENGTH', 'HTTP_X_A')
-    return [repr({k: environ.get(k) for k in keys}).encode()]
+environ_app = environ_app_showing(
+    'REQUEST_METHOD', 'PATH_INFO', 'SCRIPT_NAME', 'QUERY_STRING', 'REQUEST_URI', 'HTTPS',
+    'wsgi.url_scheme', 'CONTENT_LENGTH', 'HTTP_X_A')
 
 
 def test_hello_keeps_the_connection_and_content_length(use_backend):
@@ -206,6 +180,24 @@ def test_error_page_is_status_500(use_backend):
     assert (r.status, r.reason, r.body, r.reuse) == (500, b'Internal Server Error',
                                                     ERROR_BODY, True)
     assert web.exchange(request_bytes('GET', '/')).status == 500  # still serving
+
+
+def test_error_after_the_first_chunk_ends_without_end_response(use_backend, caplog):
+    """No END_RESPONSE after a failed response: mod_proxy_ajp takes the close for a failed
+    backend and ends the client's response unfinished (``truncated-response-signalled``)."""
+    def late(environ, start_response):
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        yield b'first'
+        raise RuntimeError('late')
+    h = Harness(late)
+    web = h.connect()
+    with caplog.at_level(logging.ERROR, logger='ajp-wsgi'):
+        r = web.exchange(request_bytes('GET', '/'))
+        assert (r.status, r.body, r.reuse) == (200, b'first', None)
+        assert web.closed()
+        h.join()
+    assert [rec.getMessage() for rec in caplog.records if rec.exc_info] == [
+        'Exception caught from handler']
 
 
 @pytest.mark.parametrize('packet_size, max_data', [(8192, 8184), (65536, 65528)])

@@ -1,6 +1,7 @@
 """flupfast.server.cgi.WSGIServer run as a real CGI process: the request in the environment
 and on stdin, the response read from stdout, on both backends (the body is read through the
-InputStream twin). flup's own runs on neither: it writes str to sys.stdout (inventory 2.15).
+InputStream twin). flup's own runs on neither: it writes str to sys.stdout
+(known_differences 'cgi-server-bytes').
 """
 import hashlib
 import json

@@ -54,7 +54,8 @@ def test_request_events(backend, feed):
 
 @pytest.mark.parametrize('feed', FEEDERS)
 def test_pair_straddling_records(backend, feed):
-    # flup decodes each PARAMS record alone and mangles this (peers-and-protocols 1.5.4).
+    # flup decodes each PARAMS record alone and mangles this (known_differences
+    # 'fastcgi-params-split'; the spec, section 3.4: record boundaries carry no meaning).
     encoded = f.encode_params([('HTTP_COOKIE', 'k' * 300), ('A', 'b')])
     data = f.encode_begin_request(1) + b''.join(
         f.encode_record(f.FCGI_PARAMS, 1, encoded[i:i + 7]) for i in range(0, len(encoded), 7))

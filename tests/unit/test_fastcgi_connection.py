@@ -8,77 +8,43 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 import pytest
 
-from flupfast import _impl
 from flupfast.gateway import ERROR_BODY
 from flupfast.protocols import fastcgi as f
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
+from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo,
+                                          environ_app_showing, hello, read_to_eof,
+                                          read_until_reset)
 
 
-@pytest.fixture
-def use_backend(backend, monkeypatch):
-    """Run the connection on the codec and stream of ``backend``."""
-    monkeypatch.setattr(_impl, 'FastCGIParser', backend.FastCGIParser)
-    monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
-    monkeypatch.setattr(_impl, 'frame_stdout', backend.frame_stdout)
-    return backend
+use_backend = backend_fixture('FastCGIParser', 'InputStream', 'frame_stdout')
 
 
-class Harness:
+class Harness(ConnectionHarness):
     """A BaseFCGIServer whose connections run in threads over socketpairs."""
 
-    def __init__(self, app, **kwargs):
-        self.server = fcgi_base.BaseFCGIServer(app, **kwargs)
-        self.threads = []
+    unix_address = None
 
-    def connect(self):
-        ours, theirs = socket.socketpair()
-        conn = self.server._connectionClass(theirs, None, self.server, None)
-        thread = threading.Thread(target=conn.run, daemon=True)
-        thread.start()
-        self.threads.append(thread)
-        ours.settimeout(10)
-        return ours
+    def __init__(self, app, **kwargs):
+        super().__init__(fcgi_base.BaseFCGIServer(app, **kwargs))
+
+    @property
+    def connection_class(self):
+        return self.server._connectionClass
 
     def request(self, uri='/', **kw):
         with self.connect() as sock:
             sock.sendall(request_bytes(uri, **kw))
             return read_response(sock)
 
-    def join(self):
-        for thread in self.threads:
-            thread.join(10)
-            assert not thread.is_alive(), 'connection thread hung'
 
-
-def hello(environ, start_response):
-    start_response('200 OK', [('Content-Type', 'text/plain')])
-    return [b'Hello world!\n']
-
-
-def echo(environ, start_response):
-    data = environ['wsgi.input'].read()
-    start_response('200 OK', [('Content-Type', 'application/octet-stream')])
-    return [hashlib.sha256(data).hexdigest().encode(), b' %d' % len(data)]
-
-
-def environ_app(environ, start_response):
-    start_response('200 OK', [])
-    keys = ('PATH_INFO', 'QUERY_STRING', 'SCRIPT_NAME', 'REQUEST_URI', 'X', 'SERVER_NAME',
-            'wsgi.url_scheme', 'wsgi.multithread', 'wsgi.multiprocess', 'wsgi.run_once')
-    return [repr({k: environ.get(k) for k in keys}).encode('utf-8')]
-
-
-def drain_until_eof(sock):
-    data = b''
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
+environ_app = environ_app_showing(
+    'PATH_INFO', 'QUERY_STRING', 'SCRIPT_NAME', 'REQUEST_URI', 'X', 'SERVER_NAME',
+    'wsgi.url_scheme', 'wsgi.multithread', 'wsgi.multiprocess', 'wsgi.run_once')
 
 
 def test_hello_records_in_order(use_backend):
@@ -182,7 +148,7 @@ def test_malformed_input_is_logged_and_closed(use_backend, caplog, bad, message)
     sock = harness.connect()
     try:
         sock.sendall(bad)
-        assert drain_until_eof(sock) == b''
+        assert read_to_eof(sock) == b''
     except (BrokenPipeError, ConnectionResetError):
         pass  # the server closed as soon as it saw the error, while we were still sending
     sock.close()
@@ -195,7 +161,7 @@ def test_truncated_record_then_eof_does_not_hang(use_backend):
     sock = harness.connect()
     sock.sendall(request_bytes('/')[:30])
     sock.shutdown(socket.SHUT_WR)
-    assert drain_until_eof(sock) == b''
+    assert read_to_eof(sock) == b''
     sock.close()
     harness.join()
 
@@ -242,24 +208,114 @@ def test_app_raising_before_start_response_gets_flups_500_page(use_backend):
     assert resp.end == (0, 0)
 
 
-def test_app_raising_after_output_truncates(use_backend):
+class _LateResult:
+    """Yields a first chunk, then raises (the app fails after its response began)."""
+
+    def __init__(self, closed):
+        self._closed = closed
+
+    def __iter__(self):
+        yield b'first'
+        raise RuntimeError('late')
+
+    def close(self):
+        self._closed.append(True)
+
+
+@pytest.mark.parametrize('keep_conn', [False, True], ids=['close', 'keep-conn'])
+def test_app_raising_after_output_is_not_passed_off_as_complete(use_backend, keep_conn):
+    """No END_REQUEST, which would make the web server end the client's response as whole
+    (``truncated-response-signalled``): on a Unix socket without KEEP_CONN an invalid record
+    header (version 0), then EOF; with KEEP_CONN the early EOF says it."""
     closed = []
-
-    class Result:
-        def __iter__(self):
-            yield b'first'
-            raise RuntimeError('late')
-
-        def close(self):
-            closed.append(True)
 
     def late(environ, start_response):
         start_response('200 OK', [])
-        return Result()
-    resp = Harness(late).request('/')
-    assert resp.status == 200 and resp.body == b'first'
-    assert b'RuntimeError: late' in resp.stderr
-    assert resp.end == (0, 0) and closed == [True]
+        return _LateResult(closed)
+    harness = Harness(late)
+    with harness.connect() as sock:
+        sock.sendall(request_bytes('/', keep_conn=keep_conn))
+        data = read_to_eof(sock)
+    harness.join()
+    if keep_conn:
+        records = f.FastCGIParser().feed(data)
+    else:
+        assert data.endswith(bytes(8)), data[-16:]
+        records = f.FastCGIParser().feed(data[:-8])
+    kinds = [kind for kind, _, _ in records]
+    assert f.FCGI_END_REQUEST not in kinds
+    stdout = b''.join(p for kind, _, p in records if kind == f.FCGI_STDOUT)
+    stderr = b''.join(p for kind, _, p in records if kind == f.FCGI_STDERR)
+    assert stdout.endswith(b'\r\n\r\nfirst')
+    assert stderr.count(b'RuntimeError: late') == 1  # the traceback, once
+    assert closed == [True]
+
+
+def tcp_connection(app):
+    """(our end of a loopback TCP connection served by ``app``, the serving thread)."""
+    harness = Harness(app)
+    ours = harness.connect(tcp=True)
+    return ours, harness.threads[-1]
+
+
+def test_app_raising_after_output_waits_for_the_request_end_before_the_reset(use_backend):
+    """mod_proxy_fcgi sends the whole request (a GET's empty STDIN too) before it reads the
+    answer: a reset meeting it mid-send makes it report a send error and never read the
+    traceback. The request's input is read to its end first."""
+    started = threading.Event()
+
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        started.set()
+        yield b'first'
+        raise RuntimeError('late')
+    ours, thread = tcp_connection(late)
+    with ours:
+        head, rest = request_bytes('/', body=b'p' * 100000, keep_conn=True, split=True)
+        ours.sendall(head)
+        assert started.wait(10)
+        time.sleep(0.2)  # the app has raised meanwhile: the web server is still sending
+        ours.sendall(rest)  # without the drain: EPIPE/ECONNRESET here
+        data, reset = read_until_reset(ours)
+    thread.join(10)
+    assert reset
+    records = f.FastCGIParser().feed(data)
+    assert b'RuntimeError: late' in b''.join(p for k, _, p in records if k == f.FCGI_STDERR)
+
+
+def test_app_raising_after_output_over_tcp_resets_after_the_traceback(use_backend):
+    """Over TCP the failed response ends with a reset, once what was sent has left: a reset
+    discards what is still queued, and the traceback on STDERR is sent last. The web server
+    here reads late, so megabytes are still queued when the app raises."""
+    big = b'b' * (8 << 20)
+
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        yield big
+        raise RuntimeError('late')
+    ours, thread = tcp_connection(late)
+    with ours:
+        ours.sendall(request_bytes('/', keep_conn=True))
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        time.sleep(0.3)  # the web server busy elsewhere: the backend's send queue fills
+        data, reset = read_until_reset(ours)
+    thread.join(10)
+    assert reset
+    records = f.FastCGIParser().feed(data)
+    assert f.FCGI_END_REQUEST not in [kind for kind, _, _ in records]
+    stderr = b''.join(p for kind, _, p in records if kind == f.FCGI_STDERR)
+    assert b'RuntimeError: late' in stderr
+    assert sum(len(p) for kind, _, p in records if kind == f.FCGI_STDOUT) > len(big)
+
+
+def test_app_raising_after_output_multiplexed_sets_app_status(use_backend):
+    """A multiplexed connection carries other requests: END_REQUEST with appStatus 1."""
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        return _LateResult([])
+    resp = Harness(late, multiplexed=True).request('/')
+    assert resp.body == b'first' and b'RuntimeError: late' in resp.stderr
+    assert resp.end == (1, f.FCGI_REQUEST_COMPLETE)
 
 
 def test_debug_page_without_cgitb(use_backend):

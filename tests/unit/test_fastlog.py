@@ -125,3 +125,12 @@ def test_write_error_reported_like_logging(logger, monkeypatch):
     monkeypatch.setattr(h, 'handleError', lambda record: seen.append(record.getMessage()))
     fastlog.info(logger, 'GET %s', '/x')
     assert seen == ['GET /x']
+
+
+@pytest.mark.parametrize('raw, shown', [
+    ('/hello', '/hello'),
+    ('/caf\u00c3\u00a9', '/caf\u00e9'),        # UTF-8 bytes of /café, as PEP 3333 gives them
+    ('/bad\u00ff', '/bad\\xff'),              # not UTF-8: escaped, never mojibake or an error
+])
+def test_readable_shows_utf8_paths_as_sent(raw, shown):
+    assert fastlog.readable(raw) == shown

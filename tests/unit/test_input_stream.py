@@ -82,7 +82,8 @@ def test_matches_bytesio(backend, body, method, chunking):
 
 
 def test_readline_size_never_exceeds_size(backend):
-    # flup returns the whole buffered line even when longer than size (inventory 2.8).
+    # flup returns the whole buffered line even when longer than size (known_differences
+    # 'readline-size').
     stream = backend.InputStream(puller(b'abcdef\nxyz\n', 100))
     assert stream.readline(3) == b'abc'
     assert stream.readline(-1) == b'def\n'

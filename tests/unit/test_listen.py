@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from flupfast.serving.listen import (
-    bind_listen_socket, inherited_listen_socket, set_cloexec, set_nodelay)
+    bind_listen_socket, inherited_listen_socket, resolve_owner, set_cloexec, set_nodelay)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -55,6 +55,40 @@ def test_unix_socket_with_umask_restores_process_umask(tmp_path):
     finally:
         os.umask(before)
     assert os.path.exists(path)  # flup leaves the socket file behind; so do we
+
+
+@pytest.mark.parametrize('owner', ['nobody', '65534', 'nobody:nogroup', ':nogroup',
+                                   (65534, -1)])
+def test_unix_socket_owner_and_mode_set_before_listen(tmp_path, owner):
+    import grp
+    import pwd
+    if os.geteuid() != 0:
+        pytest.skip('chown to another user needs root')
+    try:
+        nobody, nogroup = pwd.getpwnam('nobody'), grp.getgrnam('nogroup')
+    except KeyError:
+        pytest.skip('no nobody/nogroup here')
+    uid, gid = resolve_owner(owner)
+    path = str(tmp_path / 's.sock')
+    sock = bind_listen_socket(path, owner=owner, mode=0o640)
+    try:
+        st = os.stat(path)
+        assert stat.S_IMODE(st.st_mode) == 0o640
+        assert st.st_uid == (nobody.pw_uid if uid != -1 else 0)
+        expected_gid = {'nobody': nobody.pw_gid, '65534': nobody.pw_gid}.get(owner, nogroup.gr_gid)
+        if owner == (65534, -1):
+            expected_gid = 0  # the group left as it was
+        assert st.st_gid == expected_gid
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize('owner, message', [('no-such-user-x', "no such user: 'no-such-user-x'"),
+                                            (':no-such-group-x', "no such group: "
+                                                                 "'no-such-group-x'")])
+def test_unknown_socket_owner_is_named(owner, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_owner(owner)
 
 
 def test_unix_socket_accepts_path_like(tmp_path):

@@ -1,7 +1,8 @@
 """flupfast.server.paste_factory through Paste Deploy: a real ini file names the runner by its
 ``paste.server_runner`` entry point (flup's names: ``egg:flupfast#fcgi_thread`` ...), a
 subprocess loads it with ``loadserver``/``loadapp`` and serves, the test sends one request in
-the protocol. flup's runners all raise NameError on Python 3 (inventory 2.16).
+the protocol. flup's runners all raise NameError on Python 3
+(known_differences 'paste-factory-py3').
 """
 import os
 import socket

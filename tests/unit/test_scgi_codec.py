@@ -69,6 +69,26 @@ def test_empty_values_and_large_content_length(backend):
     assert environ['QUERY_STRING'] == '' and length == 100 << 30
 
 
+# nginx before 1.23 sends one pair per header line: two Cookie lines, two X-Forwarded-For.
+NGINX_REPEATS = NGINX[:-1] + [('HTTP_COOKIE', 'a=1'), ('HTTP_X_FORWARDED_FOR', '10.0.0.1'),
+                              ('HTTP_COOKIE', 'b=2'), ('HTTP_X_FORWARDED_FOR', '10.0.0.2'),
+                              ('CONTENT_LENGTH', '5'), ('SCGI', '1')]
+
+
+def test_a_missing_scgi_header_is_accepted_as_flup(backend):
+    """nginx adds SCGI=1 only through the stock scgi_params; a site's own list may lack it."""
+    environ, length, _ = backend.decode_scgi_request(netstring(block(
+        [('CONTENT_LENGTH', '0'), ('REQUEST_METHOD', 'GET')])))
+    assert (environ, length) == ({'CONTENT_LENGTH': '0', 'REQUEST_METHOD': 'GET'}, 0)
+
+
+def test_a_repeated_name_keeps_its_last_value_as_flup(backend):
+    environ, length, _ = backend.decode_scgi_request(netstring(block(NGINX_REPEATS)))
+    assert environ == dict(NGINX_REPEATS)  # dict(): the last pair of each name wins
+    assert (environ['HTTP_COOKIE'], environ['HTTP_X_FORWARDED_FOR']) == ('b=2', '10.0.0.2')
+    assert length == 5
+
+
 @pytest.mark.parametrize('data, message', [
     (b'GET / HTTP/1.1\r\n', 'expected digits then ":"'),   # HTTP sent to the SCGI port
     (b'G', 'expected digits then ":"'),                    # ... known from its first byte
@@ -103,10 +123,11 @@ def test_the_cap_is_the_limit(backend):
     (b'CONTENT_LENGTH\x00-1\x00SCGI\x001\x00', "invalid CONTENT_LENGTH '-1'"),
     (b'CONTENT_LENGTH\x00 5\x00SCGI\x001\x00', "invalid CONTENT_LENGTH ' 5'"),
     (b'CONTENT_LENGTH\x005x\x00SCGI\x001\x00', "invalid CONTENT_LENGTH '5x'"),
-    (b'CONTENT_LENGTH\x000\x00', 'missing SCGI header'),
     (b'CONTENT_LENGTH\x000\x00SCGI\x002\x00', "unsupported SCGI version '2'"),
-    (b'CONTENT_LENGTH\x000\x00SCGI\x001\x00A\x00x\x00A\x00y\x00', "duplicate header 'A'"),
-    (b'CONTENT_LENGTH\x000\x00CONTENT_LENGTH\x000\x00SCGI\x001\x00', 'duplicate header'),
+    (b'CONTENT_LENGTH\x000\x00CONTENT_LENGTH\x005\x00SCGI\x001\x00',
+     "conflicting CONTENT_LENGTH '5' after '0'"),
+    (b'CONTENT_LENGTH\x000\x00SCGI\x001\x00CONTENT_LENGTH\x00\x00',
+     "conflicting CONTENT_LENGTH '' after '0'"),
 ])
 def test_a_malformed_header_block_is_an_error(backend, raw, message):
     assert message in errors(backend, netstring(raw))

@@ -12,37 +12,25 @@ import threading
 
 import pytest
 
-from flupfast import _impl
 from flupfast import connection as connection_module
 from flupfast.gateway import ERROR_BODY
 from flupfast.server import NoDefault, scgi_base
 from tests.scgi_client import parse_response, read_all, request_bytes
+from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo, hello,
+                                          read_until_reset)
 
 
-@pytest.fixture
-def use_backend(backend, monkeypatch):
-    monkeypatch.setattr(_impl, 'decode_scgi_request', backend.decode_scgi_request)
-    monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
-    return backend
+use_backend = backend_fixture('decode_scgi_request', 'InputStream')
 
 
-class Harness:
+class Harness(ConnectionHarness):
     """A BaseSCGIServer whose connections run in threads over socketpairs."""
+
+    connection_class = scgi_base.Connection
 
     def __init__(self, app, **kwargs):
         kwargs.setdefault('allowedServers', None)
-        self.server = scgi_base.BaseSCGIServer(app, **kwargs)
-        self.threads = []
-        self.served = []
-
-    def connect(self):
-        ours, theirs = socket.socketpair()
-        conn = scgi_base.Connection(theirs, '', self.server, None)
-        thread = threading.Thread(target=lambda: self.served.append(conn.run()), daemon=True)
-        thread.start()
-        self.threads.append(thread)
-        ours.settimeout(10)
-        return ours
+        super().__init__(scgi_base.BaseSCGIServer(app, **kwargs))
 
     def raw(self, data, shut=True):
         """Send ``data`` (in a thread: it may exceed the socket buffer), read to EOF."""
@@ -66,22 +54,6 @@ class Harness:
     def request(self, *args, **kw):
         shut = kw.pop('shut', False)  # like a web server: the write side stays open
         return parse_response(self.raw(request_bytes(*args, **kw), shut=shut))
-
-    def join(self):
-        for thread in self.threads:
-            thread.join(10)
-            assert not thread.is_alive(), 'connection thread hung'
-
-
-def hello(environ, start_response):
-    start_response('200 OK', [('Content-Type', 'text/plain')])
-    return [b'Hello world!\n']
-
-
-def echo(environ, start_response):
-    data = environ['wsgi.input'].read()
-    start_response('200 OK', [('Content-Type', 'application/octet-stream')])
-    return [hashlib.sha256(data).hexdigest().encode(), b' %d' % len(data)]
 
 
 def environ_app(environ, start_response):
@@ -274,6 +246,30 @@ def test_app_error_gives_flups_500_page(use_backend, caplog):
                for r in caplog.records)
 
 
+def _late(environ, start_response):
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    yield b'first'
+    raise RuntimeError('late')
+
+
+@pytest.mark.parametrize('tcp', [True, False], ids=['tcp', 'unix'])
+def test_error_after_the_first_chunk(use_backend, caplog, tcp):
+    """SCGI ends at EOF: over TCP the failed response ends with a reset, which nginx and
+    Apache report as a failed backend; over a Unix socket nothing can say it, the response
+    ends at EOF as in flup (``truncated-response-signalled``). The traceback is logged once."""
+    h = Harness(_late)
+    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+        with h.connect(tcp=tcp) as ours:
+            ours.sendall(request_bytes('/'))
+            received, reset = read_until_reset(ours)
+        h.join()
+    outcome = 'reset' if reset else 'eof'
+    assert outcome == ('reset' if tcp else 'eof')
+    assert received.endswith(b'first') or (tcp and not received)
+    assert [rec.getMessage() for rec in caplog.records if rec.exc_info] == [
+        'Exception caught from handler']
+
+
 def test_debug_error_page_shows_the_traceback(use_backend):
     def boom(environ, start_response):
         raise ValueError('visible boom')
@@ -398,10 +394,10 @@ BAD_REQUESTS = [
     (b'2000000:', 'exceeds the 1048576-byte cap'),
     (netstring(b'SCGI\x001\x00A\x00b\x00'), 'missing CONTENT_LENGTH'),
     (netstring(b'SCGI\x001\x00CONTENT_LENGTH\x000\x00'), 'is not the first header'),
-    (netstring(b'CONTENT_LENGTH\x000\x00'), 'missing SCGI'),
+    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x002\x00'), 'unsupported SCGI version'),
     (netstring(b'CONTENT_LENGTH\x00x\x00SCGI\x001\x00'), 'invalid CONTENT_LENGTH'),
-    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x001\x00A\x00x\x00A\x00y\x00'),
-     'duplicate header'),
+    (netstring(b'CONTENT_LENGTH\x000\x00SCGI\x001\x00CONTENT_LENGTH\x001\x00'),
+     'conflicting CONTENT_LENGTH'),
     (b'10:CONTENT_LE', 'closed inside the header netstring'),
 ]
 

@@ -57,7 +57,8 @@ def test_starts_max_spare_threads_at_construction(pools):
 
 
 def test_initial_threads_never_above_max_threads(pools):
-    # flup starts maxSpare threads even when maxThreads is lower (bug 29).
+    # flup starts maxSpare threads even when maxThreads is lower; maxThreads is a cap from the
+    # first thread on.
     pool = pools(min_spare=1, max_spare=5, max_threads=2)
     assert pool.worker_count == 2
     assert pool.max_threads == 2

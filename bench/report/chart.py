@@ -1,8 +1,10 @@
 """The benchmark's chart (PNG, matplotlib): hello requests/s behind the real fronts per
 server, and instructions per request (callgrind) per protocol. ``draw`` returns True, or why
 there is no chart (matplotlib missing, nothing measured)."""
-from bench.callgrind import PROTO_LABEL, PROTOCOLS
-from bench.fronts import GROUP_LABEL, VARIANT_LABEL
+from bench.fronts import GROUP_LABEL
+from bench.scenarios.instructions import PROTO_LABEL, PROTOCOLS
+from bench.servers import VARIANT_LABEL
+
 
 COLORS = {"flup": "#9e9e9e", "uwsgi": "#e69f00", "pure": "#56b4e9", "compiled": "#0072b2",
           "compiled_nokeep": "#7fb8d9"}

@@ -1,7 +1,8 @@
 """Run real flup 1.0.3 with the command line the benchmark gives ``python -m flupfast``:
 
-    python bench/flup_server.py [--protocol fcgi|scgi|ajp] --mode thread|fork|single
-                                --bind unix:/path|HOST:PORT [--log-level INFO] module:callable
+    python bench/servers/flup_server.py [--protocol fcgi|scgi|ajp] --mode thread|fork|single
+                                        --bind unix:/path|HOST:PORT [--log-level INFO]
+                                        module:callable
 
 Bench-only: it imports flup, which flupfast itself never does. flup's defaults are kept
 (maxSpare=5, maxThreads unlimited, 8 KiB records and packets), as a user of flup would run it.

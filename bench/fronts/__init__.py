@@ -1,0 +1,19 @@
+"""The fronts: web servers started from the bench's own configs in the run's temporary
+directory, on free loopback ports, in the foreground, stopped by PID (front.py: the process
+control they share; nginx.py; apache.py; lighttpd lands beside them). Here: which front serves
+which protocol and mode in the "behind real fronts" part."""
+
+
+GROUPS = (
+    # key, protocol, mode, front
+    ("fcgi-thread", "fcgi", "thread", "nginx"),
+    ("fcgi-fork", "fcgi", "fork", "nginx"),
+    ("scgi-fork", "scgi", "fork", "nginx"),
+    ("ajp-thread", "ajp", "thread", "apache"),
+)
+
+
+GROUP_LABEL = {
+    "fcgi-thread": "FastCGI, thread mode, nginx", "fcgi-fork": "FastCGI, fork mode, nginx",
+    "scgi-fork": "SCGI, fork mode, nginx", "ajp-thread": "AJP13, thread mode, Apache",
+}

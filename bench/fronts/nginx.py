@@ -1,0 +1,154 @@
+"""nginx as the front of the FastCGI, SCGI and HTTP backends (fastcgi_pass, scgi_pass,
+proxy_pass): its config (one worker, no access log; per backend an upstream with or without a
+keepalive pool, on its own port) and a static server for the front's own cost. Process control
+is fronts.front's."""
+import contextlib
+import os
+
+from bench.base import free_port
+from bench.fronts.front import Front
+
+NGINX = "/usr/sbin/nginx"
+
+
+NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes 1;
+user root root;
+error_log {root}/error.log warn;
+pid {root}/nginx.pid;
+worker_rlimit_nofile 4096;
+
+events {{
+    worker_connections 2048;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path {root}/tmp/client_body;
+    fastcgi_temp_path {root}/tmp/fastcgi;
+    proxy_temp_path {root}/tmp/proxy;
+    uwsgi_temp_path {root}/tmp/uwsgi;
+    scgi_temp_path {root}/tmp/scgi;
+    client_max_body_size 0;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+{servers}
+    # The front's own cost: a static file, and a POST read and thrown away; /fwd/ the same
+    # through nginx's own proxy (buffered as the backends' bodies are): nginx forwarding
+    # 100 MiB to and from a backend that costs nothing.
+    server {{
+        listen 127.0.0.1:{static_port};
+        root {root}/static;
+        location = /discard {{
+            return 204;
+        }}
+        location /fwd/ {{
+            proxy_pass http://127.0.0.1:{static_port}/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+"""
+
+
+NGINX_FCGI_SERVER = """
+    upstream b{n} {{
+        server unix:{sock};
+        {keepalive}
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            include /etc/nginx/fastcgi_params;
+            fastcgi_param SCRIPT_NAME "";
+            fastcgi_param PATH_INFO $uri;
+            fastcgi_pass b{n};
+            fastcgi_keep_conn {keep};
+            fastcgi_read_timeout {timeout}s;
+            fastcgi_send_timeout {timeout}s;
+        }}
+    }}
+"""
+
+
+NGINX_SCGI_SERVER = """
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            include /etc/nginx/scgi_params;
+            scgi_param SCRIPT_NAME "";
+            scgi_param PATH_INFO $uri;
+            scgi_pass unix:{sock};
+            scgi_read_timeout {timeout}s;
+            scgi_send_timeout {timeout}s;
+        }}
+    }}
+"""
+
+
+# HTTP backends (gunicorn, uWSGI --http-socket): without a pool nginx speaks HTTP/1.0 and
+# closes each upstream connection; with ``keepalive`` it needs HTTP/1.1 and no "Connection:
+# close" passed on.
+NGINX_HTTP_SERVER = """
+    upstream b{n} {{
+        server unix:{sock};
+        {keepalive}
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://b{n};
+            proxy_set_header Host $host;
+            {http11}
+            proxy_read_timeout {timeout}s;
+            proxy_send_timeout {timeout}s;
+        }}
+    }}
+"""
+
+
+TEMPLATES = {"fcgi": NGINX_FCGI_SERVER, "scgi": NGINX_SCGI_SERVER, "http": NGINX_HTTP_SERVER}
+
+
+def server_block(n, proto, sock, port, keep, timeout, pool=16):
+    """One backend's upstream and server blocks; ``keep``: an upstream keepalive pool of
+    ``pool`` connections (FastCGI: and fastcgi_keep_conn on)."""
+    return TEMPLATES[proto].format(
+        n=n, sock=sock, port=port, keep="on" if keep else "off",
+        keepalive="keepalive %d;" % pool if keep else "", timeout=int(timeout),
+        http11='proxy_http_version 1.1;\n            proxy_set_header Connection "";'
+        if keep else "")
+
+
+class Nginx(Front):
+    """nginx in the foreground from its own config; ``backends`` maps a key to (protocol,
+    Unix socket path, keep_conn); ``ports[key]`` is where each is served, ``ports["static"]``
+    the static server (``static_root``)."""
+
+    name = "nginx"
+
+    def __init__(self, workdir, backends, timeout, static_root, pool=16):
+        root = os.path.join(workdir, "nginx")
+        super().__init__(root, root)
+        os.makedirs(os.path.join(self.root, "tmp"), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):   # a fresh log per front
+            os.unlink(os.path.join(self.root, "error.log"))
+        if os.path.lexists(os.path.join(self.root, "static")):
+            os.unlink(os.path.join(self.root, "static"))
+        os.symlink(static_root, os.path.join(self.root, "static"))
+        servers = []
+        for n, (key, (proto, sock, keep)) in enumerate(backends.items()):
+            self.ports[key] = free_port()
+            servers.append(server_block(n, proto, sock, self.ports[key], keep, timeout, pool))
+        self.ports["static"] = free_port()
+        self.conf = os.path.join(self.root, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(NGINX_CONF.format(root=self.root, servers="".join(servers),
+                                      static_port=self.ports["static"]))
+
+    def start(self):
+        return self._start([NGINX, "-p", self.root, "-c", self.conf, "-e",
+                            os.path.join(self.root, "error.log")], [self.ports["static"]])

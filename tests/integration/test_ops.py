@@ -1,0 +1,156 @@
+"""The operations features behind real nginx (FastCGI), thread and fork mode: the ping path
+answers without the app, the access log has one well-formed line per request (and survives a
+logrotate-style rename), and a request running past --slow-log leaves its Python stack.
+"""
+import http.client
+import os
+import re
+import sys
+import time
+
+import pytest
+
+from tests.integration.backend_process import free_port
+from tests.integration.peers import (
+    IO_TIMEOUT, NGINX, REPO, ManagedProcess, make_tempdir, nginx_config, remove_tempdir,
+    require, require_root, wait_until_connectable)
+
+pytestmark = pytest.mark.peer
+
+HTTP = """\
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            include /etc/nginx/fastcgi_params;
+            fastcgi_param SCRIPT_NAME "";
+            fastcgi_param PATH_INFO $fastcgi_script_name;
+            fastcgi_pass unix:{sock};
+        }}
+    }}
+"""
+
+# The combined format, as nginx writes it: host, -, user, [time], "request", status, bytes,
+# "referer", "user agent".
+COMBINED = re.compile(r'^(\S+) - (\S+) \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] '
+                      r'"(\S+) (\S+) (HTTP/1\.[01])" (\d{3}) (\d+|-) "([^"]*)" "([^"]*)"$')
+
+
+class Stack:
+    def __init__(self, mode, options):
+        require(NGINX, 'nginx')
+        require_root()
+        self.root = make_tempdir('ops')
+        (self.root / 'tmp').mkdir()
+        self.access_log = self.root / 'flupfast-access.log'  # nginx writes access.log
+        sock = self.root / 'app.sock'
+        self.port = free_port()
+        self.processes = []
+        self.backend = ManagedProcess(
+            'backend', [sys.executable, '-m', 'flupfast', 'tests.apps.probe:app', '--mode', mode,
+                        '--bind', 'unix:%s' % sock, '--socket-mode', '666'] + [
+                o.format(access_log=self.access_log) for o in options],
+            env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO), log_dir=self.root)
+        self.processes.append(self.backend)
+        wait_until_connectable(str(sock), self.backend)
+        conf = self.root / 'nginx.conf'
+        conf.write_text(nginx_config(self.root, HTTP.format(port=self.port, sock=sock)))
+        nginx = ManagedProcess('nginx', [NGINX, '-p', str(self.root), '-c', str(conf),
+                                         '-e', str(self.root / 'error.log')], log_dir=self.root)
+        self.processes.append(nginx)
+        wait_until_connectable(('127.0.0.1', self.port), nginx)
+
+    def get(self, path, headers=None):
+        conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=IO_TIMEOUT)
+        try:
+            conn.request('GET', path, headers=dict({'Host': 'localhost'}, **(headers or {})))
+            resp = conn.getresponse()
+            return resp.status, dict(resp.getheaders()), resp.read()
+        finally:
+            conn.close()
+
+    def log(self):
+        return self.backend.output.read_text(errors='replace')
+
+    def stop(self):
+        for process in reversed(self.processes):
+            process.stop()
+        remove_tempdir(self.root)
+
+
+@pytest.fixture
+def stack():
+    made = []
+
+    def start(mode, *options):
+        made.append(Stack(mode, list(options)))
+        return made[-1]
+    yield start
+    for one in made:
+        one.stop()
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize('mode', ['thread', 'fork'])
+def test_ping_answers_pong_without_the_app(stack, mode):
+    one = stack(mode, '--ping-path', '/ping')
+    status, headers, body = one.get('/ping')
+    assert (status, body) == (200, b'pong')
+    assert headers['Cache-Control'].startswith('no-cache')
+    assert one.get('/')[2] == b'Hello world!\n'  # everything else reaches the app
+    assert one.get('/ping/more')[0] == 404       # the probe app's answer: not the ping
+
+
+@pytest.mark.parametrize('mode', ['thread', 'fork'])
+def test_access_log_has_one_combined_line_per_request(stack, mode):
+    one = stack(mode, '--access-log', '{access_log}')
+    requests = [('/', 200, '13'), ('/error', 500, None), ('/nothing-here', 404, None),
+                ('/environ?x=1', 200, None)]
+    for path, status, _ in requests:
+        assert one.get(path, {'User-Agent': 'probe/1', 'Referer': 'http://r/'})[0] == status
+    assert wait_for(lambda: one.access_log.read_text().count('\n') == len(requests))
+    lines = one.access_log.read_text().splitlines()
+    for line, (path, status, size) in zip(lines, requests):
+        match = COMBINED.match(line)
+        assert match, line
+        host, user, method, uri, proto, logged, sent, referer, agent = match.groups()
+        assert (method, uri, int(logged), referer, agent) == ('GET', path, status, 'http://r/',
+                                                                'probe/1')
+        if size is not None:
+            assert sent == size
+
+
+def test_access_log_reopens_after_rotation(stack):
+    one = stack('fork', '--access-log', '{access_log}', '--access-log-format', '%(U)s %(s)s %(D)s')
+    assert one.get('/')[0] == 200
+    assert wait_for(lambda: one.access_log.exists() and one.access_log.read_text())
+    os.rename(one.access_log, one.access_log.with_suffix('.1'))  # logrotate's default move
+    time.sleep(1.2)  # the server notices within a second
+    for _ in range(3):
+        assert one.get('/environ')[0] == 200
+        time.sleep(0.4)
+    assert wait_for(lambda: one.access_log.exists() and '/environ 200' in
+                    one.access_log.read_text())
+    rotated = one.access_log.with_suffix('.1').read_text()
+    assert rotated.startswith('/ 200 ') and re.fullmatch(r'/ 200 \d+\n(/environ 200 \d+\n)*',
+                                                          rotated), rotated
+
+
+@pytest.mark.parametrize('mode', ['thread', 'fork'])
+def test_slow_log_shows_the_stack_of_a_slow_request(stack, mode):
+    one = stack(mode, '--slow-log', '0.5')
+    assert one.get('/sleep?ms=1500')[0] == 200
+    assert one.get('/sleep?ms=10')[0] == 200  # a quick one is not logged
+    assert wait_for(lambda: 'slow request' in one.log())
+    log = one.log()
+    assert log.count('slow request: ') == 1, log
+    assert re.search(r'slow request: GET /sleep\?ms=1500 running for \d\.\d s \(pid \d+, thread '
+                     r'\d+\)', log), log
+    assert 'in app' in log and 'time.sleep' in log  # the app's frame, at the line it waits on

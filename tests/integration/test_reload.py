@@ -1,0 +1,215 @@
+"""Reload under load, behind real fronts: 16 clients of 50 ms requests through nginx (FastCGI
+thread and fork, with and without kept connections; SCGI fork), three SIGHUPs to the backend's
+PID: every request answered 200, the same PID serving afterwards (the command line re-executes
+itself on the listening socket it kept), and its descriptors and children back to their steady
+count. Also: systemd socket activation, and a reload whose new code does not import is refused
+while the old code serves on.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.integration.backend_process import free_port
+from tests.integration.peers import (
+    REPO, ManagedProcess, make_tempdir, nginx_config, remove_tempdir,
+    start_nginx, start_nginx_scgi, wait_until_connectable, NGINX, require, require_root)
+
+pytestmark = pytest.mark.peer
+
+CLIENTS = 16
+RELOADS = 3
+RELOAD_EVERY = 2.0  # seconds between SIGHUPs (the issue's test: three in 12 s)
+
+FRONTS = {
+    'fcgi-thread-nginx': lambda s: start_nginx(s, keep_conn=False, mode='thread'),
+    'fcgi-thread-nginx-keep-conn': lambda s: start_nginx(s, keep_conn=True, mode='thread'),
+    'fcgi-fork-nginx': lambda s: start_nginx(s, keep_conn=False, mode='fork'),
+    'scgi-fork-nginx': lambda s: start_nginx_scgi(s, unix=True, mode='fork'),
+}
+# Not yet AJP13 behind Apache: mod_proxy_ajp keeps one connection per worker thread and, unlike
+# nginx, does not retry a request on a kept connection that closes under it, so closing the
+# idle ones at a reload fails a few requests (4 of 2,182 with ping=3). Handing the idle kept
+# connections to the new image, like the listening socket, is the fix still to make.
+
+
+def backend_of(front):
+    (backend,) = [p for p in front.processes if p.name.startswith('backend')]
+    return backend
+
+
+def steady(pid):
+    """(descriptors other than sockets, sockets, child processes) of ``pid``."""
+    links = []
+    for fd in os.listdir('/proc/%d/fd' % pid):
+        try:
+            links.append(os.readlink('/proc/%d/fd/%s' % (pid, fd)))
+        except OSError:
+            pass  # closed meanwhile
+    sockets = sum(link.startswith('socket:') for link in links)
+    with open('/proc/%d/task/%d/children' % (pid, pid)) as children:
+        return len(links) - sockets, sockets, len(children.read().split())
+
+
+def wait_steady(pid, before, spare_sockets, timeout=15.0):
+    """Wait until ``pid`` is back to ``before``: the same descriptors and children, and at most
+    ``spare_sockets`` more sockets (kept connections the front opened anew)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = steady(pid)
+        if seen[0] == before[0] and seen[2] == before[2] and \
+                before[1] <= seen[1] + spare_sockets and seen[1] <= before[1] + spare_sockets:
+            return True
+        if time.monotonic() > deadline:
+            raise AssertionError('not back to %s: %s' % (before, seen))
+        time.sleep(0.1)
+
+
+def load(front, stop, results):
+    """One client: 50 ms requests on a kept connection until ``stop``; each outcome recorded
+    (a status, or the exception's name)."""
+    client = front.client(timeout=60)
+    try:
+        while not stop.is_set():
+            try:
+                results.append(client.request('GET', front.url('/sleep?ms=50')).status)
+            except Exception as exc:  # every failure is a result here, not an error
+                results.append(type(exc).__name__)
+                client.close()
+                client = front.client(timeout=60)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize('front_name', sorted(FRONTS))
+def test_reload_under_load_fails_no_request(server, front_name):
+    if server.is_flup:
+        pytest.skip('flup 1.0.3 leaves reloading to the caller: run() returns True')
+    front = FRONTS[front_name](server)
+    try:
+        backend = backend_of(front)
+        assert front.request('GET', '/').status == 200
+        time.sleep(0.5)  # let the pool settle before reading its steady state
+        before = steady(backend.pid)
+        stop = threading.Event()
+        results = []
+        clients = [threading.Thread(target=load, args=(front, stop, results), daemon=True)
+                   for _ in range(CLIENTS)]
+        for client in clients:
+            client.start()
+        time.sleep(RELOAD_EVERY)
+        for _ in range(RELOADS):
+            os.kill(backend.pid, signal.SIGHUP)
+            time.sleep(RELOAD_EVERY)
+        time.sleep(RELOAD_EVERY)
+        stop.set()
+        for client in clients:
+            client.join(90)
+        failures = [r for r in results if r != 200]
+        assert not failures, '%d of %d failed: %s\n%s' % (
+            len(failures), len(results), sorted(set(map(str, failures))), front.describe())
+        assert len(results) > CLIENTS * 10, results
+        front.assert_alive()
+        log = backend.output.read_text(errors='replace')
+        assert log.count('reloading: ') == RELOADS, front.describe()
+        assert log.count(' serving ') == RELOADS + 1, front.describe()
+        # nginx's upstream keepalive pool (4) and Apache's one connection per worker thread
+        # are opened anew after a reload, in whatever number the load left them.
+        assert wait_steady(backend.pid, before, 32 if front.keeps_backend_conn else 0)
+        assert front.request('GET', '/').status == 200
+    finally:
+        front.stop()
+
+
+def test_a_reload_whose_new_code_does_not_import_is_refused(tmp_path):
+    """The app's module breaks on disk, SIGHUP: the old code serves on, and the log says why;
+    fixed again, the next SIGHUP reloads."""
+    app_dir = tmp_path / 'app'
+    app_dir.mkdir()
+    module = app_dir / 'reloadable.py'
+    module.write_text('def app(environ, start_response):\n'
+                      '    start_response("200 OK", [])\n    return [b"v1"]\n')
+    sock = str(tmp_path / 'app.sock')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(app_dir)]))
+    backend = ManagedProcess('backend', [sys.executable, '-m', 'flupfast', 'reloadable:app',
+                                         '--bind', 'unix:' + sock], env=env, cwd=str(app_dir),
+                             log_dir=tmp_path)
+    try:
+        wait_until_connectable(sock, backend)
+
+        def body():
+            proc = subprocess.run([sys.executable, '-m', 'flupfast.client', 'fcgi', sock, '/'],
+                                  env=env, capture_output=True, timeout=30)
+            return proc.stdout.rpartition(b'\r\n\r\n')[2]
+
+        def wait_log(needle, count):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if backend.output.read_text(errors='replace').count(needle) >= count:
+                    return
+                time.sleep(0.1)
+            raise AssertionError('%r not logged %d times:\n%s' % (needle, count, backend.describe()))
+
+        assert body() == b'v1'
+        module.write_text('def app(:\n')
+        shutil.rmtree(app_dir / '__pycache__', ignore_errors=True)
+        os.kill(backend.pid, signal.SIGHUP)
+        wait_log('reload refused, serving on with the code already loaded: flupfast: cannot '
+                 "import 'reloadable': invalid syntax", 1)
+        assert body() == b'v1' and backend.alive()
+        module.write_text('def app(environ, start_response):\n'
+                          '    start_response("200 OK", [])\n    return [b"v2"]\n')
+        os.kill(backend.pid, signal.SIGHUP)
+        wait_log(' serving ', 3)  # the first start, the refused reload's run, the new image
+        assert body() == b'v2'
+    finally:
+        backend.stop()
+
+
+def test_systemd_socket_activation_behind_nginx(server):
+    """``systemd-socket-activate -l 127.0.0.1:PORT python -m flupfast APP``: the server takes
+    the socket on fd 3 and nginx reaches the app through it."""
+    if server.is_flup:
+        pytest.skip('flup 1.0.3 knows nothing of LISTEN_FDS')
+    activate = shutil.which('systemd-socket-activate')
+    if activate is None:
+        pytest.skip('systemd-socket-activate not installed')
+    require(NGINX, 'nginx')
+    require_root()
+    root = make_tempdir('socket-activation')
+    (root / 'tmp').mkdir()
+    backend_port, port = free_port(), free_port()
+    processes = []
+    try:
+        backend = ManagedProcess('backend', [activate, '-l', '127.0.0.1:%d' % backend_port,
+                                             sys.executable, '-m', 'flupfast',
+                                             'tests.apps.probe:app', '--mode', 'fork'],
+                                 env=server.environ(), cwd=str(REPO), log_dir=root)
+        processes.append(backend)
+        wait_until_connectable(('127.0.0.1', backend_port), backend)
+        conf = root / 'nginx.conf'
+        conf.write_text(nginx_config(root, (
+            '    server {\n        listen 127.0.0.1:%d;\n        location / {\n'
+            '            include /etc/nginx/fastcgi_params;\n'
+            '            fastcgi_pass 127.0.0.1:%d;\n        }\n    }\n') % (port, backend_port)))
+        nginx = ManagedProcess('nginx', [NGINX, '-p', str(root), '-c', str(conf),
+                                         '-e', str(root / 'error.log')], log_dir=root)
+        processes.append(nginx)
+        wait_until_connectable(('127.0.0.1', port), nginx)
+        import http.client
+        conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+        conn.request('GET', '/')
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (200, b'Hello world!\n'), backend.describe()
+        conn.close()
+        log = backend.output.read_text(errors='replace')
+        assert 'on 127.0.0.1:%d (passed on fd 3)' % backend_port in log, log
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        remove_tempdir(root)

@@ -1,0 +1,168 @@
+"""flupfast.ops without a server: the access log's format language (gunicorn's atoms), its
+rotation check, the ping app, the slow log's once-per-request stack, and the gateway observer
+that feeds them (a failed app logs 500, nothing is observed when off)."""
+import io
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+from flupfast import gateway, ops
+from flupfast.ops.access_log import AccessLog, compile_format
+from flupfast.ops.slow_log import SlowLog
+
+ENVIRON = {'REQUEST_METHOD': 'POST', 'REQUEST_URI': '/a%20b?x=1', 'QUERY_STRING': 'x=1',
+           'SCRIPT_NAME': '', 'PATH_INFO': '/a b', 'SERVER_PROTOCOL': 'HTTP/1.1',
+           'REMOTE_ADDR': '10.0.0.7', 'HTTP_USER_AGENT': 'ua/1', 'HTTP_X_ID': 'abc',
+           'REMOTE_USER': 'ann'}
+
+
+class Responder:
+    def __init__(self):
+        self.out = []
+
+    def send_head(self, status, headers, data, more):
+        self.out.append((status, headers, data))
+
+    def send_body(self, data, more):
+        self.out.append(data)
+
+
+def run(app, observer):
+    gateway.set_observer(observer)
+    try:
+        return gateway.run_application(app, dict(ENVIRON, **{'wsgi.input': io.BytesIO()}),
+                                       Responder())
+    finally:
+        gateway.set_observer(None)
+
+
+def hello(environ, start_response):
+    start_response('201 Created', [('Content-Type', 'text/plain'), ('X-Out', 'yes')])
+    return [b'hello', b' world']
+
+
+def line_of(tmp_path, fmt, app=hello):
+    log = AccessLog(str(tmp_path / 'a.log'), fmt)
+    try:
+        run(app, log)
+    except RuntimeError:
+        pass
+    log.close()
+    return (tmp_path / 'a.log').read_text()
+
+
+def test_combined_format(tmp_path):
+    line = line_of(tmp_path, ops.DEFAULT_FORMAT)
+    assert line.startswith('10.0.0.7 - ann [')
+    assert line.endswith('] "POST /a%20b?x=1 HTTP/1.1" 201 11 "-" "ua/1"\n')
+
+
+def test_every_atom(tmp_path):
+    line = line_of(tmp_path, '%(m)s|%(U)s|%(q)s|%(H)s|%(s)s|%(B)s|%(b)s|%(p)s|%({x-id}i)s|'
+                             '%({x-out}o)s|%({REMOTE_ADDR}e)s|%(nope)s|100%%|%(T)s|%(M)s|%(D)s|%(L)s')
+    fields = line.rstrip('\n').split('|')
+    assert fields[:13] == ['POST', '/a%20b', 'x=1', 'HTTP/1.1', '201', '11', '11',
+                           '<%d>' % os.getpid(), 'abc', 'yes', '10.0.0.7', '-', '100%']
+    assert fields[13] == '0' and int(fields[15]) >= 0 and float(fields[16]) >= 0
+
+
+def test_a_failing_app_is_logged_as_its_500(tmp_path):
+    def broken(environ, start_response):
+        raise RuntimeError('boom')
+    assert line_of(tmp_path, '%(s)s %(b)s', broken) == '500 -\n'
+
+
+def test_empty_body_is_a_dash_in_b_and_0_in_b_upper(tmp_path):
+    def empty(environ, start_response):
+        start_response('204 No Content', [])
+        return []
+    assert line_of(tmp_path, '%(s)s %(b)s %(B)s', empty) == '204 - 0\n'
+
+
+def test_the_format_is_compiled_once():
+    line = compile_format('%(h)s "%(m)s" 100%%s %({x-id}i)s %({x-out}o)s')
+    assert line({'REMOTE_ADDR': 'a', 'REQUEST_METHOD': 'GET', 'HTTP_X_ID': '7'},
+                _Head(), False, 0.0, 0.0) == 'a "GET" 100%s 7 yes\n'
+
+
+def test_header_names_cannot_inject_code(tmp_path):
+    line = line_of(tmp_path, "%({x'+str+'y}i)s %({a\"\\\\}o)s %({__import__}e)s")
+    assert line == '- - -\n'
+
+
+class _Head:
+    headers = [(b'X-Out', b'yes')]
+
+
+def test_a_rotated_log_is_opened_anew(tmp_path, monkeypatch):
+    monkeypatch.setattr('flupfast.ops.access_log.REOPEN_CHECK_INTERVAL', 0)
+    path = tmp_path / 'a.log'
+    log = AccessLog(str(path), '%(s)s')
+    run(hello, log)
+    os.rename(path, tmp_path / 'a.log.1')
+    run(hello, log)  # logrotate moved it: this line goes to a new a.log
+    assert path.read_text() == '201\n'
+    path.unlink()
+    run(hello, log)  # removed: created again
+    log.close()
+    assert (tmp_path / 'a.log.1').read_text() == '201\n'
+    assert path.read_text() == '201\n'
+
+
+def test_no_observer_no_cost():
+    calls = []
+
+    class Spy:
+        def begin(self, environ):
+            calls.append('begin')
+
+        def end(self, token, response, failed):
+            calls.append('end')
+    run(hello, None)
+    assert calls == []
+    run(hello, Spy())
+    assert calls == ['begin', 'end']
+
+
+def test_ping_answers_only_its_path():
+    app = ops.Ping(hello, '/ping', 'ok')
+    seen = []
+    assert app({'SCRIPT_NAME': '', 'PATH_INFO': '/ping'},
+               lambda s, h: seen.append((s, dict(h)))) == [b'ok']
+    assert seen[0][0] == '200 OK' and seen[0][1]['Content-Length'] == '2'
+    assert app({'SCRIPT_NAME': '/ping', 'PATH_INFO': ''}, lambda s, h: None) == [b'ok']
+    assert app({'SCRIPT_NAME': '', 'PATH_INFO': '/pingx'}, lambda s, h: None) == [b'hello',
+                                                                                  b' world']
+
+
+def test_slow_log_logs_a_stack_once(caplog):
+    slow = SlowLog(0.2)
+    release = threading.Event()
+    started = threading.Event()
+
+    def waiting_app():
+        token = slow.begin({'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/wait'})
+        started.set()
+        release.wait(10)
+        slow.end(token, None, False)
+    thread = threading.Thread(target=waiting_app, daemon=True)
+    thread.start()
+    started.wait(10)
+    with caplog.at_level(logging.WARNING, logger='flupfast.slowlog'):
+        slow.check(time.monotonic())            # too early: nothing
+        slow.check(time.monotonic() + 1)        # slow: its stack
+        slow.check(time.monotonic() + 2)        # already reported
+    release.set()
+    thread.join(10)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and slow.slow_requests == 1
+    assert 'slow request: GET /wait running for' in messages[0]
+    assert 'in waiting_app' in messages[0] and 'release.wait(10)' in messages[0]
+
+
+def test_slow_log_needs_positive_seconds():
+    with pytest.raises(ValueError):
+        SlowLog(0)
