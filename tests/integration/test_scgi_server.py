@@ -57,20 +57,20 @@ def test_fork_pool_serves_slow_requests_side_by_side(server_factory, tmp_path):
     path = str(tmp_path / 'scgi.sock')
     server_factory(['--protocol', 'scgi', '--mode', 'fork', '--bind', 'unix:' + path,
                     '--max-spare', '2', '--max-children', '8', 'tests.apps.probe:app'], path)
+    meeting = tmp_path / 'barrier'
+    meeting.mkdir()
     results = []
 
     def one():
-        results.append(get(path, '/sleep?ms=700'))
+        results.append(get(path, '/barrier?dir=%s&n=6' % meeting)[2])
     threads = [threading.Thread(target=one) for _ in range(6)]
-    started = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
-    elapsed = time.monotonic() - started
-    assert [r[2] for r in results] == [b'slept 700\n'] * 6
-    # One at a time would take 4.2 s; the pool grows to serve them together.
-    assert elapsed < 3.5, elapsed
+        t.join(60)
+    # Each request waits in the app until all six are in it at once: served one at a time
+    # (or two by two, flup's maxSpare) none could meet the others.
+    assert results == [b'met 6\n'] * 6
 
 
 SCRIPT = textwrap.dedent('''

@@ -9,10 +9,10 @@ the caps of flupfast.limits. Inputs are random bytes and, to reach deep states, 
 (the strategies of the parity tests, and record floods, boundary lengths) damaged by a few
 mutations.
 
-The run's size is the hypothesis profile ``FLUPFAST_FUZZ_PROFILE`` (tests/conftest.py):
-``ci`` by default, ``fuzz`` for a long run. atheris drives the same checks (fuzz/README.md).
+The run's size is the hypothesis profile tests/conftest.py loads (``HYPOTHESIS_PROFILE`` or
+``FLUPFAST_FUZZ_PROFILE``): ``ci`` by default, ``derandomize`` in .ci/run, ``fuzz`` for a
+long run. atheris drives the same checks (fuzz/README.md).
 """
-import os
 import re
 import struct
 
@@ -30,7 +30,7 @@ from tests.conftest import COMPILED, PURE
 from tests.unit.test_ajp_parity import ajp_streams, forward_requests
 from tests.unit.test_speedups_parity import bodies, fcgi_streams, operations, pair_lists
 
-FUZZ = settings.get_profile(os.environ.get('FLUPFAST_FUZZ_PROFILE', 'ci'))
+FUZZ = settings()  # the profile tests/conftest.py loaded
 
 
 pytestmark = pytest.mark.usefixtures('needs_compiled')

@@ -149,6 +149,112 @@ def test_params_held_per_connection_cap(backend):
     assert parser.feed(begin_with_params(1, 1000) + f.encode_record(f.FCGI_PARAMS, 1, b''))
 
 
+# Boundaries, as fixed inputs: a pure-only machine (no compiled twin to compare with) still
+# catches a length read one byte short of the buffer's end or a cap off by one.
+
+def params_request(encoded, request_id=1, record=0xFFF8):
+    """BEGIN_REQUEST, then ``encoded`` as PARAMS records of ``record`` bytes, then the end."""
+    return (f.encode_begin_request(request_id)
+            + b''.join(f.encode_record(f.FCGI_PARAMS, request_id, encoded[i:i + record])
+                       for i in range(0, len(encoded), record))
+            + f.encode_record(f.FCGI_PARAMS, request_id))
+
+
+@pytest.mark.parametrize('length, padding', [(0, 0), (1, 7), (8, 0), (7, 255), (0xFFFF, 1)])
+def test_a_record_completes_at_its_last_byte_and_not_one_before(backend, length, padding):
+    record = (struct.pack('!BBHHBx', 1, f.FCGI_STDIN, 1, length, padding)
+              + b's' * length + b'\0' * padding)
+    parser = backend.FastCGIParser()
+    assert parser.feed(record[:-1]) == []
+    assert parser.pending == len(record) - 1
+    assert parser.feed(record[-1:]) == [(f.FCGI_STDIN, 1, b's' * length)]
+    assert parser.pending == 0
+    # Whole, and with the next record's first header byte behind it.
+    assert backend.FastCGIParser().feed(record) == [(f.FCGI_STDIN, 1, b's' * length)]
+    parser = backend.FastCGIParser()
+    assert parser.feed(record + b'\1') == [(f.FCGI_STDIN, 1, b's' * length)]
+    assert parser.pending == 1
+
+
+@pytest.mark.parametrize('name_len, value_len', [(0, 0), (127, 127), (128, 0), (0, 128),
+                                                 (128, 128), (127, 300), (300, 1)])
+def test_every_truncation_of_a_pair_stream_is_a_fastcgi_error(backend, name_len, value_len):
+    # One-byte lengths up to 127, four-byte ones from 128 (spec 3.4): the pair ends exactly
+    # at the end of the stream, and every shorter stream is truncated somewhere in a length,
+    # the name or the value.
+    pair = f.encode_pair(b'n' * name_len, b'v' * value_len)
+    assert len(pair) == name_len + value_len + (1 if name_len < 128 else 4) \
+        + (1 if value_len < 128 else 4)
+    events = backend.FastCGIParser().feed(params_request(pair + f.encode_pair('A', 'b')))
+    assert events[-1] == (f.FCGI_PARAMS, 1, {'n' * name_len: 'v' * value_len, 'A': 'b'})
+    for cut in range(1, len(pair)):
+        with pytest.raises(FastCGIError, match='truncated|past the end'):
+            backend.FastCGIParser().feed(params_request(pair[:cut]))
+    # Lengths announcing one value byte more than the stream holds.
+    with pytest.raises(FastCGIError, match='past the end'):
+        backend.FastCGIParser().feed(params_request(
+            f.encode_pair(b'n' * name_len, b'v' * (value_len + 1))[:-1]))
+
+
+def test_pair_count_cap_at_the_cap_and_one_past(backend):
+    from flupfast.limits import MAX_PARAMS_PAIRS
+    pairs = [('K%d' % i, '') for i in range(MAX_PARAMS_PAIRS)]
+    events = backend.FastCGIParser().feed(params_request(f.encode_params(pairs)))
+    assert len(events[-1][2]) == MAX_PARAMS_PAIRS
+    pairs.append(('ONE_MORE', ''))
+    with pytest.raises(FastCGIError, match='more than %d name-value pairs' % MAX_PARAMS_PAIRS):
+        backend.FastCGIParser().feed(params_request(f.encode_params(pairs)))
+    # The same cap in GET_VALUES, and through the constructor.
+    names = f.encode_params([('N%d' % i, '') for i in range(10)])
+    record = f.encode_record(f.FCGI_GET_VALUES, 0, names)
+    assert len(backend.FastCGIParser(max_params_pairs=10).feed(record)[0][2]) == 10
+    with pytest.raises(FastCGIError, match='more than 9 name-value pairs'):
+        backend.FastCGIParser(max_params_pairs=9).feed(record)
+
+
+def test_params_bytes_cap_at_the_cap_and_one_past(backend):
+    from flupfast.limits import MAX_PARAMS_BYTES
+    overhead = len(f.encode_pair('N', 'v' * 200)) - 200
+    pair = f.encode_pair('N', 'v' * (MAX_PARAMS_BYTES - overhead))
+    assert len(pair) == MAX_PARAMS_BYTES
+    events = backend.FastCGIParser().feed(params_request(pair))
+    assert len(events[-1][2]['N']) == MAX_PARAMS_BYTES - overhead
+    with pytest.raises(FastCGIError, match='PARAMS of request 1 exceed %d bytes'
+                       % MAX_PARAMS_BYTES):
+        backend.FastCGIParser().feed(params_request(pair + b'\0'))
+
+
+def test_held_params_cap_at_the_cap_and_one_past(backend):
+    from flupfast.limits import PENDING_PARAMS_REQUESTS
+    cap = 100 * PENDING_PARAMS_REQUESTS
+    fill = b''.join(f.encode_begin_request(i) + f.encode_record(f.FCGI_PARAMS, i, b'\1' * 100)
+                    for i in range(1, PENDING_PARAMS_REQUESTS + 1))
+    parser = backend.FastCGIParser(max_params_bytes=100)
+    assert len(parser.feed(fill)) == PENDING_PARAMS_REQUESTS  # exactly the cap held
+    with pytest.raises(FastCGIError, match='exceed %d bytes' % cap):
+        parser.feed(f.encode_begin_request(99) + f.encode_record(f.FCGI_PARAMS, 99, b'\1'))
+
+
+def test_open_requests_cap_at_the_cap_and_one_past(backend):
+    from flupfast.limits import MAX_OPEN_REQUESTS
+    begins = b''.join(f.encode_begin_request(i) for i in range(1, MAX_OPEN_REQUESTS + 1))
+    parser = backend.FastCGIParser()
+    assert len(parser.feed(begins)) == MAX_OPEN_REQUESTS
+    with pytest.raises(FastCGIError, match='too many requests'):
+        parser.feed(f.encode_begin_request(MAX_OPEN_REQUESTS + 1))
+
+
+@pytest.mark.parametrize('length', [7, 8, 9])
+def test_begin_request_body_needs_eight_bytes(backend, length):
+    record = f.encode_record(f.FCGI_BEGIN_REQUEST, 1, struct.pack('!HB5x', 1, 1) + b'\0'
+                             if length > 8 else struct.pack('!HB5x', 1, 1)[:length])
+    if length < 8:
+        with pytest.raises(FastCGIError, match='BEGIN_REQUEST body of 7 bytes'):
+            backend.FastCGIParser().feed(record)
+    else:
+        assert backend.FastCGIParser().feed(record) == [(f.FCGI_BEGIN_REQUEST, 1, (1, 1))]
+
+
 @pytest.mark.parametrize('size', [0, 1, 7, 8, 65528, 65529, 200000])
 @pytest.mark.parametrize('max_content', [8184, 65528])
 def test_frame_stdout_roundtrip(backend, size, max_content):

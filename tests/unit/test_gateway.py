@@ -1,4 +1,6 @@
 """gateway: flup's environ rules and start_response checks, without any protocol."""
+import sys
+
 import pytest
 
 from flupfast import gateway
@@ -71,6 +73,62 @@ def test_content_length_only_for_one_item_results():
     assert run(gen) == [('head', b'200 OK', [], b'abc', False)]
 
 
+def test_content_length_is_not_computed_for_a_list_of_two_items():
+    # flup adds Content-Length only when len(result) == 1 (fcgi_base.py:1121): a length from
+    # the first item alone would announce 3 bytes of a 6-byte body (truncated behind nginx).
+    def two(environ, start_response):
+        start_response('200 OK', [])
+        return [b'abc', b'def']
+
+    def two_tuple(environ, start_response):
+        start_response('200 OK', [])
+        return (b'abc', b'def')
+    for app in (two, two_tuple):
+        assert run(app) == [('head', b'200 OK', [], b'abc', True), ('body', b'def', True)]
+
+
+@pytest.mark.parametrize('name', ['content-length', 'Content-Length', 'CONTENT-LENGTH'])
+def test_apps_content_length_in_any_case_is_kept_and_not_added_twice(name):
+    def app(environ, start_response):
+        start_response('200 OK', [(name, '3')])
+        return [b'abc']
+    assert run(app) == [('head', b'200 OK', [(name.encode(), b'3')], b'abc', True)]
+
+
+@pytest.mark.parametrize('https, scheme', [
+    ('on', 'https'), ('1', 'https'), ('off', 'http'), ('ON', 'http'), ('0', 'http'),
+    ('', 'http'), (None, 'http'),
+])
+def test_url_scheme_follows_https_as_flup_compares_it(https, scheme):
+    # flup: environ.get('HTTPS', 'off') in ('on', '1') (fcgi_base.py:1107), case-sensitive.
+    environ = {} if https is None else {'HTTPS': https}
+    gateway.build_environ(environ, None, None, None, True, False, False)
+    assert environ['wsgi.url_scheme'] == scheme
+
+
+def test_exc_info_before_any_output_replaces_the_status_and_headers():
+    # PEP 3333: start_response may be called again with exc_info while nothing was sent
+    # (the app caught an error after its first start_response): no "Headers already set!".
+    def app(environ, start_response):
+        start_response('200 OK', [('X-First', 'yes')])
+        try:
+            raise ValueError('late')
+        except ValueError:
+            start_response('500 Oops', [('X-Second', 'yes')], sys.exc_info())
+        return [b'sorry']
+    assert run(app) == [('head', b'500 Oops', [(b'X-Second', b'yes'), (b'Content-Length', b'5')],
+                         b'sorry', True)]
+
+
+def test_second_start_response_without_exc_info_is_refused():
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        start_response('500 Oops', [])
+        return []
+    with pytest.raises(AssertionError, match='Headers already set!'):
+        run(app)
+
+
 def test_exc_info_after_headers_reraises_original():
     class Boom(Exception):
         pass
@@ -124,3 +182,366 @@ def test_debug_page_names_the_exception():
         page = gateway.error_page(True, sys.exc_info())
     assert b'ValueError' in page and b'&lt;b&gt;bad' in page and b'<b>bad' not in page
     assert gateway.error_page(False) == gateway.ERROR_BODY
+
+
+# -- Exact behaviour, one test per rule (what the mutation run found unchecked) ---------------
+
+FULL = {'REQUEST_METHOD': 'POST', 'SERVER_NAME': 'h', 'SERVER_PORT': '8080',
+        'SERVER_PROTOCOL': 'HTTP/1.1'}
+DEFAULTS = {'REQUEST_METHOD': 'GET', 'SERVER_NAME': 'localhost', 'SERVER_PORT': '80',
+            'SERVER_PROTOCOL': 'HTTP/1.0'}
+
+
+@pytest.mark.parametrize('path_info', ['/given', None])
+@pytest.mark.parametrize('missing', sorted(DEFAULTS))
+def test_sanitize_each_missing_variable_gets_flups_default_and_warning(missing, path_info):
+    errors = Errors()
+    environ = dict(FULL, QUERY_STRING='', REQUEST_URI='/other?q=1', **{'wsgi.errors': errors})
+    if path_info is not None:
+        environ['PATH_INFO'] = path_info
+    del environ[missing]
+    gateway.sanitize_cgi_environ(environ, 'Srv')
+    assert environ[missing] == DEFAULTS[missing]
+    assert errors.text == 'Srv: missing FastCGI param %s required by WSGI!\n' % missing
+    # PATH_INFO given is kept; absent, it comes from REQUEST_URI. The query fills in either way.
+    assert environ['PATH_INFO'] == (path_info or '/other')
+    assert environ['QUERY_STRING'] == 'q=1' and environ['SCRIPT_NAME'] == ''
+
+
+@pytest.mark.parametrize('query, uri, expected', [
+    ('', '/p?q=1', 'q=1'), ('a=b', '/p?q=1', 'a=b'), ('', '/p', ''), ('', None, ''),
+    (None, '/p?q=1', 'q=1'), (None, '/p', ''), (None, None, ''),
+])
+def test_sanitize_query_string_comes_from_request_uri_only_when_empty(query, uri, expected):
+    # With every variable present (what nginx and Apache send) and with QUERY_STRING absent.
+    errors = Errors()
+    environ = dict(FULL, PATH_INFO='/p', **{'wsgi.errors': errors})
+    if query is not None:
+        environ['QUERY_STRING'] = query
+    if uri is not None:
+        environ['REQUEST_URI'] = uri
+    gateway.sanitize_cgi_environ(environ, 'S')
+    assert environ['QUERY_STRING'] == expected
+    assert environ['PATH_INFO'] == '/p' and errors.text == ''
+    assert {k: environ[k] for k in FULL} == FULL
+
+
+def test_sanitize_without_path_info_or_request_uri_gives_empty_path_info():
+    environ = dict(FULL, **{'wsgi.errors': Errors()})
+    gateway.sanitize_cgi_environ(environ, 'S')
+    assert (environ['PATH_INFO'], environ['QUERY_STRING'], environ['SCRIPT_NAME']) == ('', '', '')
+
+
+def test_sanitize_keeps_script_name_and_derives_path_info_after_it():
+    environ = dict(FULL, SCRIPT_NAME='/app', REQUEST_URI='/app/a%20b?x', QUERY_STRING='',
+                   **{'wsgi.errors': Errors()})
+    gateway.sanitize_cgi_environ(environ, 'S')
+    assert (environ['SCRIPT_NAME'], environ['PATH_INFO'], environ['QUERY_STRING']) == \
+        ('/app', '/a%20b', 'x')
+
+
+def test_derive_path_info_decodes_as_latin1():
+    assert gateway.derive_path_info('/a%E9/b%C3%A9', '/a\xe9') == '/b\xc3\xa9'
+
+
+@pytest.fixture
+def no_status_cache(monkeypatch):
+    """Statuses already seen skip their checks: start each test with none seen."""
+    monkeypatch.setattr(gateway, '_checked_statuses', {})
+    return gateway._checked_statuses
+
+
+@pytest.mark.parametrize('status, message', [
+    ('200', 'Status must be at least 4 characters'), (b'20 ', 'Status must be at least 4 characters'),
+    ('abc OK', 'Status must begin with 3-digit code'), ('000 Zero', 'Status must begin with 3-digit code'),
+    ('200OK', 'Status must have a space after code'), ('200!OK', 'Status must have a space after code'),
+    (b'2000 OK', 'Status must have a space after code'), (200, 'Status must be a string'),
+    (bytearray(b'200 OK'), 'Status must be a string'),
+])
+def test_status_checks_and_their_exact_messages(no_status_cache, status, message):
+    with pytest.raises(AssertionError) as info:
+        gateway._check_status(status)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize('status, expected', [
+    ('200 ', b'200 '), ('200 OK', b'200 OK'), (b'404 Not Found', b'404 Not Found'),
+    ('599 \xe9', b'599 \xe9'), ('001 Low', b'001 Low'),
+])
+def test_valid_statuses_come_back_as_latin1_bytes(no_status_cache, status, expected):
+    assert gateway._check_status(status) == expected
+
+
+def test_str_statuses_are_cached_and_the_cache_is_bounded(no_status_cache):
+    gateway._check_status('299 Cached')
+    gateway._check_status(b'298 Bytes')
+    assert no_status_cache == {'299 Cached': b'299 Cached'}
+    for code in range(100, 100 + 2 * gateway._CHECKED_STATUSES_MAX):
+        gateway._check_status('%d X' % code)
+    assert len(no_status_cache) == gateway._CHECKED_STATUSES_MAX
+    # A cached status skips the checks: start_response uses the cached bytes.
+    no_status_cache['299 Cached'] = b'299 From the cache'
+
+    def app(environ, start_response):
+        start_response('299 Cached', [])
+        return [b'']
+    assert run(app)[0][1] == b'299 From the cache'
+
+
+def test_write_sends_at_once_and_accepts_str_as_latin1():
+    def app(environ, start_response):
+        write = start_response('200 OK', [('X-A', '\xe9')])
+        write(b'a')
+        write('\xe9')
+        return []
+    assert run(app) == [('head', b'200 OK', [(b'X-A', b'\xe9')], b'a', False),
+                        ('body', b'\xe9', False)]
+
+
+@pytest.mark.parametrize('data', [bytearray(b'x'), memoryview(b'x'), 1])
+def test_write_refuses_what_is_not_bytes_or_str(data):
+    def app(environ, start_response):
+        start_response('200 OK', [])(data)
+        return []
+    with pytest.raises(AssertionError, match='^write\\(\\) argument must be bytes$'):
+        run(app)
+
+
+def test_write_before_start_response_is_refused():
+    response = gateway.Response(Recorder())
+    with pytest.raises(AssertionError, match=r'^write\(\) before start_response\(\)$'):
+        response.write(b'x')
+    with pytest.raises(AssertionError, match=r'^write\(\) before start_response\(\)$'):
+        response.send_file(object())
+
+
+class FileResponder(Recorder):
+    def __init__(self, accept=True):
+        super().__init__()
+        self.accept = accept
+
+    def can_send_file(self, filelike):
+        return self.accept
+
+    def send_file(self, filelike):
+        self.calls.append(('file', filelike.read()))
+
+
+def test_send_file_sends_the_headers_once_then_the_file():
+    import io
+    responder = FileResponder()
+    response = gateway.Response(responder)
+    response.start_response('200 OK', [('A', 'b')])
+    assert response.send_file(io.BytesIO(b'one')) is True
+    assert response.headers_sent is True
+    assert response.send_file(io.BytesIO(b'two')) is True
+    assert responder.calls == [('head', b'200 OK', [(b'A', b'b')], b'', False),
+                               ('file', b'one'), ('file', b'two')]
+
+
+def test_send_file_declined_sends_nothing():
+    import io
+    responder = FileResponder(accept=False)
+    response = gateway.Response(responder)
+    response.start_response('200 OK', [])
+    assert response.send_file(io.BytesIO(b'one')) is False
+    assert responder.calls == [] and response.headers_sent is False
+
+
+def test_file_wrapper_reads_in_its_block_size_and_closes_the_file():
+    import io
+
+    class File(io.BytesIO):
+        sizes = []
+
+        def read(self, size=-1):
+            self.sizes.append(size)
+            return super().read(size)
+    f = File(b'abcdefg')
+    wrapper = gateway.FileWrapper(f, 3)
+    assert list(wrapper) == [b'abc', b'def', b'g']
+    assert File.sizes == [3, 3, 3, 3]
+    wrapper.close()
+    assert f.closed
+    assert list(gateway.FileWrapper(io.BytesIO(b'x' * 9000))) == [b'x' * 8192, b'x' * 808]
+
+    class NoClose:
+        def read(self, size):
+            return b''
+    assert not hasattr(gateway.FileWrapper(NoClose()), 'close')
+
+
+def test_file_wrapper_result_goes_through_send_file():
+    import io
+    responder = FileResponder()
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return gateway.FileWrapper(io.BytesIO(b'payload'))
+    assert gateway.run_application(app, {}, responder) is True
+    assert responder.calls == [('head', b'200 OK', [], b'', False), ('file', b'payload')]
+
+
+def test_debug_page_inside_except_uses_the_current_exception():
+    try:
+        raise KeyError('current')
+    except KeyError:
+        page = gateway.error_page(True)
+    assert b'KeyError' in page and b'current' in page
+
+
+def test_debug_page_shows_each_frame_its_source_and_its_locals():
+    import html
+    import traceback
+
+    class BadRepr:
+        def __repr__(self):
+            raise RuntimeError('no repr')
+
+    def inner(long_local, bad, exact, just_over):
+        raise ValueError('<x> & y')
+    try:
+        inner('L' * 600, BadRepr(), 'M' * 498, 'N' * 499)  # reprs of 602, 500, 501 characters
+    except ValueError:
+        info = sys.exc_info()
+    page = gateway.render_traceback_html(info).decode('latin-1')
+    title = 'ValueError: &lt;x&gt; &amp; y'
+    assert page.startswith('<!DOCTYPE html>\n<html><head><title>%s</title></head><body>\n'
+                           '<h1>%s</h1>\n<p>Python %s</p>\n<h3>'
+                           % (title, title, sys.version.split()[0]))
+    lineno = [line for frame, line in traceback.walk_tb(info[2])
+              if frame.f_code.co_name == 'inner'][0]
+    block = ('<h3>%s, line %d, in inner</h3>\n'
+             "<pre>raise ValueError(&#x27;&lt;x&gt; &amp; y&#x27;)</pre>\n"
+             '<table>\n'
+             '<tr><td>bad</td><td><code>&lt;unrepresentable: RuntimeError&gt;</code></td></tr>\n'
+             '<tr><td>exact</td><td><code>&#x27;%s&#x27;</code></td></tr>\n'
+             '<tr><td>just_over</td><td><code>&#x27;%s...</code></td></tr>\n'
+             '<tr><td>long_local</td><td><code>&#x27;%s...</code></td></tr>\n'
+             '</table>\n' % (__file__, lineno, 'M' * 498, 'N' * 499, 'L' * 499))
+    assert block in page
+    assert page.endswith('</table>\n<pre>%s</pre>\n</body></html>\n'
+                         % html.escape(''.join(traceback.format_exception(*info))))
+
+
+def test_build_environ_sets_every_wsgi_key_and_overrides_win():
+    stdin, stderr = object(), object()
+    environ = {'HTTPS': 'on', 'A': 'request'}
+    gateway.build_environ(environ, {'A': 'override', 'B': 'added'}, stdin, stderr,
+                          True, False, True)
+    assert environ == {'HTTPS': 'on', 'A': 'override', 'B': 'added', 'wsgi.version': (1, 0),
+                       'wsgi.input': stdin, 'wsgi.errors': stderr, 'wsgi.multithread': True,
+                       'wsgi.multiprocess': False, 'wsgi.run_once': True,
+                       'wsgi.url_scheme': 'https'}
+    environ = {}
+    gateway.build_environ(environ, None, stdin, stderr, False, True, False)
+    assert (environ['wsgi.multithread'], environ['wsgi.multiprocess'],
+            environ['wsgi.run_once'], environ['wsgi.url_scheme']) == (False, True, False, 'http')
+
+
+def test_request_uri_splits_at_its_first_question_mark():
+    assert gateway.split_request_uri({'REQUEST_URI': '/a?b?c'}) == ['/a', 'b?c']
+    assert gateway.split_request_uri({'REQUEST_URI': '/a'}) == ['/a']
+    assert gateway.split_request_uri({}) is None
+
+
+def test_exc_info_reraise_keeps_the_original_traceback():
+    import traceback
+
+    def raiser():
+        raise LookupError('deep')
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        yield b'x'
+        try:
+            raiser()
+        except LookupError:
+            start_response('500 Oops', [], sys.exc_info())
+    with pytest.raises(LookupError) as info:
+        run(app)
+    assert 'raiser' in [frame.f_code.co_name for frame, _ in traceback.walk_tb(info.tb)]
+
+
+def test_second_start_response_message_is_flups():
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        start_response('200 OK', [])
+    with pytest.raises(AssertionError) as info:
+        run(app)
+    assert str(info.value) == 'Headers already set!'
+
+
+@pytest.mark.parametrize('headers, message', [
+    ([(1, 'x')], 'Header name "1" must be bytes'),
+    ([(bytearray(b'N'), 'x')], 'Header name "bytearray(b\'N\')" must be bytes'),
+    ([('X', 1)], 'Value of header "b\'X\'" must be bytes'),
+    ([(b'X', None)], 'Value of header "b\'X\'" must be bytes'),
+])
+def test_header_types_are_checked_with_flups_messages(headers, message):
+    def app(environ, start_response):
+        start_response('200 OK', headers)
+        return []
+    with pytest.raises(AssertionError) as info:
+        run(app)
+    assert str(info.value) == message
+
+
+def test_bytes_and_str_headers_become_latin1_bytes():
+    def app(environ, start_response):
+        start_response('200 OK', [(b'B', b'v'), ('S', '\xe9'), (b'M', '\xff'), ('N', b'w')])
+        return [b'ab']
+    assert run(app)[0][2] == [(b'B', b'v'), (b'S', b'\xe9'), (b'M', b'\xff'), (b'N', b'w'),
+                              (b'Content-Length', b'2')]
+
+
+@pytest.mark.parametrize('result, calls', [
+    (lambda: [], [('head', b'200 OK', [], b'', True)]),
+    (lambda: [b''], [('head', b'200 OK', [(b'Content-Length', b'0')], b'', True)]),
+    (lambda: (b'one',), [('head', b'200 OK', [(b'Content-Length', b'3')], b'one', True)]),
+    (lambda: iter([]), [('head', b'200 OK', [], b'', False)]),
+    (lambda: iter([b'', b'a', b'', b'b']),
+     [('head', b'200 OK', [], b'a', False), ('body', b'b', False)]),
+], ids=['empty-list', 'one-empty-item', 'one-item-tuple', 'empty-iterator', 'iterator'])
+def test_result_shapes_and_what_goes_on_the_wire(result, calls):
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return result()
+    recorder = Recorder()
+    assert gateway.run_application(app, {}, recorder) is True
+    assert recorder.calls == calls
+
+
+def test_one_item_object_with_len_gets_a_content_length():
+    class One:
+        def __len__(self):
+            return 1
+
+        def __iter__(self):
+            return iter([b'xyz'])
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return One()
+    assert run(app) == [('head', b'200 OK', [(b'Content-Length', b'3')], b'xyz', False)]
+
+
+def test_app_lock_is_held_around_the_app_and_released_after_an_error():
+    import threading
+    lock = threading.Lock()
+    seen = []
+
+    def app(environ, start_response):
+        seen.append(lock.locked())
+        raise ValueError('x')
+    with pytest.raises(ValueError):
+        gateway.run_application(app, {}, Recorder(), lock)
+    assert seen == [True] and not lock.locked()
+
+
+@pytest.mark.parametrize('headers', [(), None, {'A': 'b'}])
+def test_headers_must_be_a_list_message_in_full(headers):
+    response = gateway.Response(Recorder())
+    with pytest.raises(AssertionError) as info:
+        response.start_response('200 OK', headers)
+    assert str(info.value) == 'Headers must be a list'

@@ -269,6 +269,7 @@ def test_unlimited_child_tells_job_none(tmp_path, child_loop):
     finally:
         parent.close()
         thread.join(10)
+        assert not thread.is_alive()
         listen.sock.close()
         child.close()
 

@@ -147,6 +147,69 @@ def test_a_smaller_cap(backend):
         backend.decode_scgi_request(wire, max_header=100)
 
 
+# Boundaries, as fixed inputs: a pure-only machine (no compiled twin to compare with) still
+# catches a length read one byte short of the buffer's end or a cap off by one.
+
+def test_the_netstring_completes_at_its_comma_and_not_one_byte_before(backend):
+    for body in (b'', b'x'):
+        wire = netstring(block([('CONTENT_LENGTH', '1'), ('SCGI', '1')]))
+        assert backend.decode_scgi_request(wire[:-1]) is None
+        assert backend.decode_scgi_request(wire + body)[2] == len(wire)
+        assert 'not terminated' in errors(backend, wire[:-1] + b';' + body)
+
+
+@pytest.mark.parametrize('data, message', [
+    (b'01', "invalid netstring length b'01': leading zero"),
+    (b'9999999:', 'SCGI header block of 9999999 bytes exceeds the 1048576-byte cap'),
+    (b'3:abc;', 'netstring not terminated by ","'),
+    (netstring(block([('CONTENT_LENGTH', '0'), ('SCGI', '2')])), "unsupported SCGI version '2'"),
+    (netstring(block([('CONTENT_LENGTH', '1' * 20), ('SCGI', '1')])),
+     'CONTENT_LENGTH of 20 digits is too large'),
+])
+def test_error_messages_in_full(backend, data, message):
+    assert errors(backend, data) == message
+
+
+def test_pair_count_error_message_in_full(backend):
+    wire = netstring(block([('CONTENT_LENGTH', '0'), ('SCGI', '1'), ('A', '')]))
+    with pytest.raises(SCGIError) as info:
+        backend.decode_scgi_request(wire, max_pairs=2)
+    assert str(info.value) == 'more than 2 headers'
+
+
+def test_pair_count_cap_at_the_cap_and_one_past(backend):
+    from flupfast.limits import MAX_PARAMS_PAIRS
+    pairs = [('CONTENT_LENGTH', '0'), ('SCGI', '1')]
+    pairs += [('H%d' % i, '') for i in range(MAX_PARAMS_PAIRS - 2)]
+    environ, _, _ = backend.decode_scgi_request(netstring(block(pairs)))
+    assert len(environ) == MAX_PARAMS_PAIRS
+    pairs.append(('ONE_MORE', ''))
+    assert 'more than %d headers' % MAX_PARAMS_PAIRS in errors(backend, netstring(block(pairs)))
+
+
+def test_header_block_cap_at_the_cap_and_one_past(backend):
+    head = block([('CONTENT_LENGTH', '0'), ('SCGI', '1')])
+    filler = MAX_SCGI_HEADER_BYTES - len(head) - len(b'F\0\0')
+    at_cap = head + b'F\0' + b'f' * filler + b'\0'
+    assert len(at_cap) == MAX_SCGI_HEADER_BYTES
+    environ, _, used = backend.decode_scgi_request(netstring(at_cap) + b'body')
+    assert len(environ['F']) == filler and used == len(netstring(at_cap))
+    past = head + b'F\0' + b'f' * (filler + 1) + b'\0'
+    assert 'exceeds the %d-byte cap' % MAX_SCGI_HEADER_BYTES in errors(backend, netstring(past))
+
+
+@pytest.mark.parametrize('value, expected', [
+    ('9223372036854775807', (1 << 63) - 1), ('0009223372036854775807', (1 << 63) - 1),
+    ('9223372036854775808', None), ('10000000000000000000', None), ('0' * 30, 0),
+])
+def test_content_length_at_its_cap_and_one_past(backend, value, expected):
+    wire = netstring(block([('CONTENT_LENGTH', value), ('SCGI', '1')]))
+    if expected is None:
+        assert 'too large' in errors(backend, wire)
+    else:
+        assert backend.decode_scgi_request(wire)[1] == expected
+
+
 def _outcome(decode, data):
     try:
         return 'ok', decode(data)
