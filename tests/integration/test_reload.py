@@ -176,9 +176,8 @@ def test_systemd_socket_activation_behind_nginx(server):
     the socket on fd 3 and nginx reaches the app through it."""
     if server.is_flup:
         pytest.skip('flup 1.0.3 knows nothing of LISTEN_FDS')
-    activate = shutil.which('systemd-socket-activate')
-    if activate is None:
-        pytest.skip('systemd-socket-activate not installed')
+    activate = shutil.which('systemd-socket-activate') or '/usr/bin/systemd-socket-activate'
+    require(activate, 'systemd-socket-activate (Debian: systemd)')
     require(NGINX, 'nginx')
     require_root()
     root = make_tempdir('socket-activation')
