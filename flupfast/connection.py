@@ -28,6 +28,7 @@ from flupfast.limits import (COALESCE_LIMIT, DEFAULT_MAXWRITE, LINGER_SECONDS,
 from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
+from flupfast.serving.job import PARK, WAIT, Job
 
 logger = logging.getLogger('flupfast')
 # name -> logger: logging.getLogger takes the module's lock on every call.
@@ -71,31 +72,12 @@ def _wait_sent(sock, seconds):
         pass  # no SIOCOUTQ here (TIOCOUTQ is SIOCOUTQ on Linux)
 
 
-def server_stopping(server):
-    """The server has been told to stop. A connection checks it as it goes idle: a single-mode
-    stop that came while it was still answering found it busy and left it running."""
-    return not getattr(server, '_keepGoing', True)
-
-
-class Connection:
+class Connection(Job):
     """What every protocol's connection shares: the socket, a reused receive buffer, a send
-    queue that gathers buffers into one ``sendmsg``, and the lingering close.
+    queue that gathers buffers into one ``sendmsg``, and the lingering close. A connection is
+    a job (serving/job.py): ``run()`` returns the requests served, and it asks ``on_idle``
+    before it waits for a request. Only a non-multiplexed FastCGI connection ``can_park``.
     """
-
-    # Set by the serving mode: called when a persistent connection is about to wait for the
-    # web server's next request; True ends the connection instead (the mode is stopping, or
-    # needs the thread for a queued connection). None: wait.
-    idle_check = None
-    # Set by the threaded mode on a connection that ``can_park``: called when it goes idle with
-    # nothing buffered; True: run() returns with ``parked`` set and the socket open (the mode
-    # watches it and calls run() again once it is readable, maybe in another thread); False:
-    # the mode stops, the connection ends. None (single and fork modes): wait in recv.
-    park = None
-    parked = False
-    # Whether run() may return parked: only a non-multiplexed FastCGI connection does. The
-    # threaded mode takes others (SCGI's one request, AJP's connection that never parks) past
-    # the parked set, whose worker would otherwise wait on it for nothing after every job.
-    can_park = False
 
     def __init__(self, sock, addr):
         self._sock = sock
@@ -707,20 +689,18 @@ class FastCGIConnection(Connection):
         self.parked = False
         while not self.closed:
             if not self._events:
-                # Between requests (KEEP_CONN) a stop may end the wait; a new connection is
-                # not idle: its first request is on the way.
-                self.idle = self.served > 0 and not self._requests and not ready
+                # Between requests (KEEP_CONN) the mode may end or park the wait; a new
+                # connection is not idle: its first request is on the way.
+                if self.served > 0 and not self._requests and not ready:
+                    self.idle = True
+                    answer = self.on_idle(self, not self._parser.pending)
+                    if answer is not WAIT:
+                        self.idle = False
+                        self.parked = answer is PARK
+                        return
                 ready = False
-                if self.idle and self.park is not None and not self._parser.pending:
-                    # Wait without a thread (nothing is buffered, so readiness is enough).
-                    self.idle = False
-                    if self.park() and not server_stopping(self.server):
-                        self.parked = True
-                    return
-                if self.idle and self.idle_check is not None and self.idle_check():
-                    return
                 try:
-                    if (self.idle and server_stopping(self.server)) or not self._read_events():
+                    if not self._read_events():
                         return
                 finally:
                     self.idle = False

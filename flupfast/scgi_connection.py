@@ -13,11 +13,11 @@ import time
 from flupfast import _impl, fastlog
 from flupfast import body as _body_module
 from flupfast.body import ClientDisconnected
-from flupfast.connection import (LoggedConnection, RawOutputStream, request_deadline,
-                                 server_stopping)
+from flupfast.connection import LoggedConnection, RawOutputStream, request_deadline
 from flupfast.gateway import is_peer_gone
 from flupfast.output import OVERLOADED_CGI_RESPONSE
 from flupfast.protocols.errors import SCGIError
+from flupfast.serving.job import WAIT
 
 LoggerName = 'scgi-wsgi'
 _logger = logging.getLogger(LoggerName)
@@ -148,9 +148,9 @@ class SCGIConnection(LoggedConnection):
 
     def _read_header(self):
         """The header netstring: (environ, content_length, body bytes received with it)."""
-        self.idle = True  # no request byte yet: a single-mode stop may end the wait
+        self.idle = True  # no request byte yet: a stop may end the wait
         try:
-            data = b'' if server_stopping(self.server) else self.recv_some()
+            data = self.recv_some() if self.on_idle(self, False) is WAIT else b''
         finally:
             self.idle = False
         if not data:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from flupfast.limits import FORK_OVERLOAD_WAIT, MAX_OVERLOAD_ANSWERS, OVERLOAD_ANSWER_SECONDS
 from flupfast.output import shutdown_quietly
+from flupfast.serving.job import END, WAIT, JobSource
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
 from flupfast.serving.signals import LoopControl
@@ -208,8 +209,8 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     Returns when the parent closes its end (retire or shutdown), when the parent is gone, or
     after ``max_requests`` requests (if positive). Requests are counted, not connections: flup
     counts connections, so a kept-alive FastCGI connection served any number of requests. A
-    job whose class has a ``max_requests`` attribute is told how many requests it may still
-    serve (None: unlimited); ``job.run()`` returns the number served (None means 1).
+    job (serving/job.py) is told how many requests it may still serve (``max_requests``;
+    None: unlimited); ``job.run()`` returns the number served.
     ``client_timeout`` becomes the accepted socket's timeout (None: blocking).
     ``board`` (a ChildBoard) reports through the scoreboard, waking the parent only when the
     pool must change; without it every change is a status byte (flup's protocol). Either
@@ -257,16 +258,15 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             continue
         report(parent_sock, STATUS_BUSY)
         job = job_class(client, addr, *job_args)
-        if hasattr(job, "max_requests"):
-            job.max_requests = left
+        job.max_requests = left
         try:
             served = job.run()
         except Exception:
             logger.exception("unhandled exception in job %r", job)
             client.close()
-            served = None
+            served = 1
         if left is not None:
-            left -= 1 if served is None else served
+            left -= served
             if left <= 0:
                 return  # retire; the parent sees EOF and replaces us
         if not report(parent_sock, STATUS_IDLE):
@@ -283,23 +283,25 @@ class ChildDrain:
         self.job = self.client = None
         self.draining = False
 
-    def wrap(self, job_class):
-        """A job factory for serve_child: ``job_class``'s jobs, remembered and told to ask
-        ``is_draining`` before waiting idle (flup's jobClass contract is unchanged)."""
+    def wrap(self, new_job):
+        """A job factory for serve_child: ``new_job``'s jobs, remembered and given
+        ``on_idle``."""
         def make_job(client, addr, *args):
-            job = job_class(client, addr, *args)
+            job = new_job(client, addr, *args)
             self.job, self.client = job, client
-            if hasattr(job, "idle"):
-                job.idle_check = self.is_draining
+            job.on_idle = self.on_idle
             return job
         return make_job
 
-    def is_draining(self):
-        return self.draining
+    def on_idle(self, job, parkable):
+        """Once draining, a persistent connection ends between requests; a new one serves
+        its first request."""
+        return END if self.draining and job.served > 0 else WAIT
 
     def on_signal(self, signum, frame):
         self.draining = True
-        if getattr(self.job, "idle", False):
+        job = self.job
+        if job is not None and job.idle:
             shutdown_quietly(self.client, socket.SHUT_RD)  # its blocked read ends at once
 
 
@@ -334,8 +336,8 @@ class OverloadGuard:
     the pool stays exhausted and connections keep waiting (a child that frees up takes one,
     more arrive), and stops when a child is idle or the queue is seen empty. After
     ``mode.overload_wait`` seconds the parent accepts the waiting connections and has each
-    answered "overloaded" in a short-lived thread (``job.refuse_overloaded()``; a job without
-    one is closed, as in thread mode), until the queue is empty (the clock restarts with the
+    answered "overloaded" in a short-lived thread (``job.refuse_overloaded()``; a flup-style
+    job is closed, as in thread mode), until the queue is empty (the clock restarts with the
     next connection) or a child is idle. No connection waits much longer than the bound for an
     answer; one that arrived late in a spell may be refused after a shorter wait: the kernel
     tells neither the queue's length (Unix sockets) nor its connections' ages, and a spell's
@@ -432,10 +434,7 @@ class OverloadGuard:
         try:
             if is_tcp(client):
                 set_nodelay(client)
-            job = mode.job_class(client, addr, *mode.job_args)
-            refuse = getattr(job, "refuse_overloaded", None)
-            if refuse is not None:
-                refuse()
+            mode.new_job(client, addr, *mode.job_args).refuse_overloaded()
         except Exception:
             logger.exception("could not tell a connection the pool is overloaded")
         finally:
@@ -470,7 +469,7 @@ class OverloadGuard:
         self._answers = []
 
 
-class PreforkMode(LoopControl):
+class PreforkMode(JobSource, LoopControl):
     """A preforked pool in the manner of Apache httpd: at least ``min_spare`` idle children,
     at most ``max_children`` in all, idle ones above ``max_spare`` retired. A child retires
     after ``max_requests`` requests if that is positive.
@@ -796,7 +795,7 @@ class PreforkMode(LoopControl):
         """The child's main loop: ``serve_child`` (the backend's twin) with this mode's
         settings."""
         from flupfast import _impl  # here: _impl imports this module for the pure twin
-        job_class = self.job_class
+        job_class = self.new_job
         if DRAIN_SIGNAL is not None:
             drain = ChildDrain()
             signal.signal(DRAIN_SIGNAL, drain.on_signal)
