@@ -11,7 +11,8 @@ import logging
 
 from flupfast import _impl, fastlog
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, request_deadline
+from flupfast.connection import LoggedConnection
+from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
 from flupfast.output import (OVERLOADED_BODY, OVERLOADED_HEADERS, OVERLOADED_REASON,

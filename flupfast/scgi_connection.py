@@ -13,9 +13,10 @@ import time
 from flupfast import _impl, fastlog
 from flupfast import body as _body_module
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, RawOutputStream, request_deadline
+from flupfast.connection import LoggedConnection
+from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
-from flupfast.output import OVERLOADED_CGI_RESPONSE
+from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file
 from flupfast.protocols.errors import SCGIError
 from flupfast.serving.job import WAIT
 
@@ -92,6 +93,44 @@ class _BufferedBody(io.BufferedReader):
 
     def close(self):
         pass
+
+
+class RawOutputStream:
+    """A response written straight onto the connection's socket (SCGI; flup's
+    ``StdoutWrapper`` over ``sock.makefile('wb')``): no framing, held parts coalesced into one
+    send, and regular files handed to the kernel with ``sendfile``.
+    """
+
+    def __init__(self, conn):
+        self._conn = conn
+        self.dataWritten = False
+
+    def write_parts(self, parts, hold=False):
+        buffers = [part for part in parts if part]
+        if buffers:
+            self.dataWritten = True
+            self._conn.send(buffers, hold)
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('latin-1')
+        self.write_parts((data,))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        self._conn.send([])
+
+    def can_send_file(self, filelike):
+        return is_regular_file(filelike)
+
+    def send_file(self, filelike):
+        """Send the rest of a regular file from its current position (``os.sendfile``)."""
+        self.flush()
+        self.dataWritten = True
+        self._conn.send_file(filelike)
 
 
 class SCGIRequest:

@@ -11,7 +11,8 @@ import sys
 import threading
 
 from flupfast import _impl
-from flupfast import connection as _connection
+from flupfast import deadline as _deadline
+from flupfast import fastcgi_connection as _connection
 from flupfast import gateway
 from flupfast.limits import DEFAULT_MAXWRITE
 from flupfast.output import CGIResponder
@@ -46,7 +47,7 @@ DEBUG = 0
 DEBUGLOG = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'fcgi.log')
 
 Request = _connection.FastCGIRequest
-TimeoutException = _connection.TimeoutException
+TimeoutException = _deadline.TimeoutException
 
 
 class _FlupInputStream(object):

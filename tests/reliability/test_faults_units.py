@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from flupfast.connection import TimeoutException, request_deadline
+from flupfast.deadline import TimeoutException, request_deadline
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.serving.job import WAIT, Job
 from flupfast.serving.threadpool import ThreadPool

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from flupfast.ajp_connection import AJPConnection
-from flupfast.connection import FastCGIConnection
+from flupfast.fastcgi_connection import FastCGIConnection
 from flupfast.scgi_connection import SCGIConnection
 from flupfast.serving import job as job_module
 from flupfast.serving.job import END, WAIT, FlupJob, Job, JobSource, job_factory
