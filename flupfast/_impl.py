@@ -76,7 +76,16 @@ else:
     from flupfast.protocols.ajp import (  # noqa: F401
         AJPParser, decode_body_chunk, decode_forward_request, frame_body)
     from flupfast.body import InputStream  # noqa: F401
-    from flupfast.serving.prefork import serve_child  # noqa: F401
     from flupfast.output import send_buffers  # noqa: F401
     from flupfast.protocols.scgi import decode_request as decode_scgi_request  # noqa: F401
     BACKEND = "python"
+
+
+def __getattr__(name):
+    """The pure child loop on first use: it lives with the prefork mode (serving/), which
+    importing a codec must not load."""
+    if name == "serve_child" and _speedups is None:
+        from flupfast.serving.prefork.child import serve_child
+        globals()["serve_child"] = serve_child
+        return serve_child
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

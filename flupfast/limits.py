@@ -111,3 +111,8 @@ REFUSED_PEER_LOG_INTERVAL = 60
 # Refused addresses remembered for that; past this many the memory is emptied (a flood from
 # many addresses then logs again, at most this many lines per interval).
 REFUSED_PEERS_REMEMBERED = 1024
+
+# Pause after accept() fails for lack of fds/memory (the single and threaded accept loop, and a
+# prefork child): the socket stays readable, so retrying at once would spin at 100% CPU; a
+# short pause lets running jobs release resources.
+ACCEPT_BACKOFF = 0.1

@@ -189,7 +189,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     # Imported here, not at module level: serving.prefork picks this function through _impl.
     import os
     import time
-    from flupfast.serving import prefork as policy
+    import flupfast.serving.prefork.child as policy
     from flupfast.serving.listen import (ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS,
                                          is_tcp, set_nodelay)
     cdef int listen_fd = listen_sock.fileno()

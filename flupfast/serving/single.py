@@ -9,6 +9,7 @@ import selectors
 import socket
 import time
 
+from flupfast.limits import ACCEPT_BACKOFF
 from flupfast.serving.job import END, WAIT, JobSource
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
@@ -19,9 +20,6 @@ __all__ = ["ACCEPT_BACKOFF", "AcceptLoop", "SingleMode"]
 
 logger = logging.getLogger("flupfast")
 
-# Pause after accept() fails for lack of fds/memory: the socket stays readable, so retrying at
-# once would spin at 100% CPU; a short pause lets running jobs release resources.
-ACCEPT_BACKOFF = 0.1
 
 
 def _allow_all(addr):

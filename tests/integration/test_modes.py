@@ -35,7 +35,7 @@ SERVER = textwrap.dedent("""
     import json, os, signal, sys, threading, time
     sys.path.insert(0, %(root)r)
     mode, path, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    import flupfast.serving.prefork as prefork
+    import flupfast.serving.prefork.arbiter as prefork
     for name, value in options.pop("constants", {}).items():
         setattr(prefork, name, value)  # shorten the shutdown grace for the escalation test
     from flupfast.serving.listen import bind_listen_socket

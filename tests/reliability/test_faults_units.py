@@ -403,8 +403,8 @@ def test_overload_guard_refuses_after_the_wait_and_forks_only_when_done(exhauste
 
 def test_overload_guard_bounds_its_answers_and_closes_jobs_without_refusal(
         exhausted_pool, monkeypatch):
-    from flupfast.serving import prefork
-    monkeypatch.setattr(prefork, "MAX_OVERLOAD_ANSWERS", 2)
+    from flupfast.serving.prefork import overload
+    monkeypatch.setattr(overload, "MAX_OVERLOAD_ANSWERS", 2)
     release = threading.Event()
     mode, listener, selector, address = exhausted_pool(RefusingJob, (release,), wait=0)
     guard = mode._overload

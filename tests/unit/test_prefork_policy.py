@@ -1,5 +1,6 @@
 """The prefork pool policy as a pure function (no fork), the child loop over socketpairs, and
 the flup facade's argument checks."""
+import os
 import random
 import socket
 import threading
@@ -355,7 +356,7 @@ def test_parent_reads_board_and_falls_back_to_status_bytes():
 def _tended_pool(monkeypatch, children, max_children):
     """A PreforkMode (min_spare 1, max_spare 2) with ``children`` idle children, a clock the
     test moves (``now[0]``), retirements recorded and no spawn allowed: (mode, now, retired)."""
-    from flupfast.serving import prefork
+    from flupfast.serving.prefork import arbiter as prefork
     from flupfast.serving.prefork import ChildRecord, PreforkMode
     now = [1000.0]
     monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
@@ -422,3 +423,31 @@ def test_the_parent_watches_the_scoreboard_while_an_excess_waits(monkeypatch):
     assert mode._excess_timeout(1.0) == EXCESS_CHECK
     now[0] += RETIRE_DELAY - EXCESS_CHECK / 2
     assert mode._excess_timeout(1.0) == pytest.approx(EXCESS_CHECK / 2)
+
+
+# -- the retire hysteresis as a pure function ---------------------------------------------------
+
+def test_retire_waits_out_the_delay_and_takes_the_fewest_extras_seen():
+    from flupfast.serving.prefork import RETIRE_DELAY, retire_after_delay
+    retire, excess = retire_after_delay((7, 8, 9), None, 100.0)
+    assert retire == () and excess == (100.0, 3)
+    retire, excess = retire_after_delay((8,), excess, 100.5)  # a dip: one extra only
+    assert retire == () and excess == (100.0, 1)
+    retire, excess = retire_after_delay((7, 8, 9), excess, 100.0 + RETIRE_DELAY)
+    assert retire == (9,) and excess is None
+    assert retire_after_delay((), (100.0, 2), 200.0) == ((), None)  # the excess ended
+
+
+def test_importing_the_codecs_loads_nothing_of_the_serving_layer():
+    """The pure codecs stand alone: with FLUPFAST_SPEEDUPS=0, _impl must not load the prefork
+    child loop (the pure twin) until somebody asks for it."""
+    import subprocess
+    import sys
+    code = ("import sys, flupfast.protocols.fastcgi, flupfast.protocols.scgi, "
+            "flupfast.protocols.ajp, flupfast._impl as impl; "
+            "print(sorted(m for m in sys.modules if m.startswith('flupfast.serving'))); "
+            "impl.serve_child; print('flupfast.serving.prefork.child' in sys.modules)")
+    env = dict(os.environ, FLUPFAST_SPEEDUPS='0')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout.split('\n')
+    assert out[:2] == ['[]', 'True']
