@@ -6,12 +6,10 @@ protocols/scgi.py or its compiled twin; the socket plumbing and the logged loop 
 Log messages and levels are flup's (logger ``scgi-wsgi``), so a site's logging keeps working.
 """
 import datetime
-import io
 import logging
 import time
 
 from flupfast import _impl, fastlog
-from flupfast import body as _body_module
 from flupfast.body import ClientDisconnected
 from flupfast.connection import LoggedConnection
 from flupfast.deadline import request_deadline
@@ -22,77 +20,6 @@ from flupfast.serving.job import WAIT
 
 LoggerName = 'scgi-wsgi'
 _logger = logging.getLogger(LoggerName)
-
-
-class _BodySource:
-    """``pull()`` for wsgi.input: the body bytes that came with the header, then the socket,
-    never past CONTENT_LENGTH (flup hands the app the raw socket, where a read past the body
-    waits for the web server to give up)."""
-
-    __slots__ = ('_conn', '_first', 'left')
-
-    def __init__(self, conn, first, content_length):
-        self._conn = conn
-        self._first = first
-        self.left = content_length - len(first)
-
-    def __call__(self):
-        first = self._first
-        if first:
-            self._first = None
-            return first
-        if self.left <= 0:
-            return b''
-        data = self._conn.recv_some(self.left)
-        if not data:
-            raise ClientDisconnected('the web server closed the connection with %d bytes of '
-                                     'the body (CONTENT_LENGTH) still to come' % self.left)
-        self.left -= len(data)
-        return bytes(data)
-
-
-class _RawBody(io.RawIOBase):
-    """The body as a raw stream for the pure backend's wsgi.input: ``readinto`` receives
-    straight into the caller's buffer, never past CONTENT_LENGTH. Under ``_BufferedBody``
-    (C ``io.BufferedReader``, what flup hands the app) ``readline`` and ``read`` run in C."""
-
-    def __init__(self, conn, first, content_length):
-        self._conn = conn
-        self._first = first
-        self._offset = 0
-        self.left = content_length - len(first)
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        first = self._first
-        if first:
-            n = min(len(buffer), len(first) - self._offset)
-            buffer[:n] = first[self._offset:self._offset + n]
-            self._offset += n
-            if self._offset == len(first):
-                self._first = None
-            return n
-        if self.left <= 0:
-            return 0
-        view = memoryview(buffer)
-        if len(view) > self.left:
-            view = view[:self.left]
-        n = self._conn._sock.recv_into(view)
-        if not n:
-            raise ClientDisconnected('the web server closed the connection with %d bytes of '
-                                     'the body (CONTENT_LENGTH) still to come' % self.left)
-        self.left -= n
-        return n
-
-
-class _BufferedBody(io.BufferedReader):
-    """wsgi.input of the pure backend: closing it (WSGI allows that) leaves it readable,
-    as the compiled stream does."""
-
-    def close(self):
-        pass
 
 
 class RawOutputStream:
@@ -211,13 +138,7 @@ class SCGIConnection(LoggedConnection):
 
     def _serve(self):
         environ, content_length, first = self._read_header()
-        if _impl.InputStream is _body_module.InputStream:
-            # Pure backend: C's BufferedReader over the socket beats a Python readline.
-            self._body = raw = _RawBody(self, first, content_length)
-            stdin = _BufferedBody(raw, 32768)
-        else:
-            self._body = body = _BodySource(self, first, content_length)
-            stdin = _impl.InputStream(body)
+        self._body, stdin = _impl.open_scgi_body(self, first, content_length)
         output = RawOutputStream(self)
         req = self.server.requestClass(self, environ, stdin, output)
         with request_deadline(self._timeout, self._timed_out):

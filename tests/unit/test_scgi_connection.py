@@ -23,6 +23,7 @@ from tests.scgi_client import parse_response, read_all, request_bytes
 def use_backend(backend, monkeypatch):
     monkeypatch.setattr(_impl, 'decode_scgi_request', backend.decode_scgi_request)
     monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
+    monkeypatch.setattr(_impl, 'open_scgi_body', backend.open_scgi_body)
     return backend
 
 

@@ -12,24 +12,19 @@ import threading
 
 import pytest
 
-from flupfast import _impl
 from flupfast.serving.single import SingleMode
 from flupfast.server import ajp_base, scgi_base
+from tests.conftest import install_backend
 from tests.ajp_client import request_bytes as ajp_request
 from tests.fcgi_client import read_response, request_bytes as fcgi_request
 from tests.unit import test_ajp_connection, test_fastcgi_connection, test_scgi_connection
 
 pytestmark = pytest.mark.timeout(60)
 
-CODECS = ('FastCGIParser', 'frame_stdout', 'InputStream', 'decode_scgi_request', 'AJPParser',
-          'decode_forward_request', 'decode_body_chunk', 'frame_body')
-
-
 @pytest.fixture(autouse=True)
 def use_backend(backend, monkeypatch):
-    """Every test on both backends (the codecs the connections pick through _impl)."""
-    for name in CODECS:
-        monkeypatch.setattr(_impl, name, getattr(backend, name))
+    """Every test on both backends (the twins the connections pick through _impl)."""
+    install_backend(monkeypatch, backend)
 
 
 class Stopping:
