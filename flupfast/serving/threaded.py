@@ -11,20 +11,17 @@ import socket
 import threading
 import time
 
-from flupfast.limits import MAX_QUEUED_CONNECTIONS
+from flupfast.limits import MAX_QUEUED_CONNECTIONS, THREAD_JOB_GRACE
 from flupfast.output import shutdown_quietly
 from flupfast.serving.job import END, PARK, WAIT
 from flupfast.serving.parking import ParkedSet, supported as parking_supported
 from flupfast.serving.single import AcceptLoop
 from flupfast.serving.threadpool import ThreadPool
 
-__all__ = ["JOB_GRACE", "ThreadedMode"]
+__all__ = ["ThreadedMode"]
 
 logger = logging.getLogger("flupfast")
 
-# On shutdown, in-flight jobs get this long to finish before run()'s caller carries on; their
-# threads are daemons, so a connection kept alive by the web server cannot block the exit.
-JOB_GRACE = 5.0
 # While shutdown waits, how often it looks for jobs that went idle (a persistent connection
 # whose request just ended) to end their wait for the next request.
 IDLE_POLL = 0.05
@@ -205,7 +202,7 @@ class ThreadedMode(AcceptLoop):
                 ended += 1
         return ended
 
-    def shutdown(self, timeout=JOB_GRACE):
+    def shutdown(self, timeout=THREAD_JOB_GRACE):
         """Stop the loop if it still runs (so another thread can end run()), then stop the
         pool, waiting at most ``timeout`` seconds for in-flight jobs. Persistent connections
         idle between requests, now or once their request ends, are closed at once: the web

@@ -7,13 +7,12 @@ from flupfast.serving.prefork.child import (
     DRAIN_SIGNAL, ChildBoard, ChildDrain, notify_parent, serve_child)
 from flupfast.serving.prefork.overload import OverloadGuard, _has_waiting  # noqa: F401
 from flupfast.serving.prefork.policy import (
-    BUSY, DRAIN_GRACE, EXCESS_CHECK, EXITING, IDLE, PARENT_TICK, RETIRE_DELAY, SHUTDOWN_GRACE,
-    SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY, STATUS_IDLE, TERM_GRACE, PoolChange, PoolLimits,
-    decide_pool_change, retire_after_delay)
+    BUSY, EXCESS_CHECK, EXITING, IDLE, PARENT_TICK, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
+    STATUS_IDLE, PoolChange, PoolLimits, decide_pool_change, retire_after_delay)
 
 __all__ = [
     "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "EXCESS_CHECK", "PARENT_TICK",
-    "RETIRE_DELAY", "DRAIN_GRACE", "SHUTDOWN_GRACE", "TERM_GRACE", "DRAIN_SIGNAL",
+    "DRAIN_SIGNAL",
     "SLOT_EMPTY", "SLOT_UNREPORTED",
     "ChildBoard", "ChildDrain", "ChildRecord",
     "OverloadGuard", "PoolChange", "PoolLimits", "PreforkMode",

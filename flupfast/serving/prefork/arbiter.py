@@ -16,16 +16,16 @@ import sys
 import time
 
 from flupfast import _impl
-from flupfast.limits import FORK_OVERLOAD_WAIT
+from flupfast.limits import (
+    FORK_DRAIN_GRACE, FORK_INTERRUPT_GRACE, FORK_KILL_WAIT, FORK_OVERLOAD_WAIT, FORK_RETIRE_DELAY,
+    FORK_SPAWN_BACKOFF, FORK_TERM_GRACE)
 from flupfast.serving.job import JobSource
 from flupfast.serving.listen import set_cloexec
 from flupfast.serving.prefork.child import DRAIN_SIGNAL, ChildBoard, ChildDrain
 from flupfast.serving.prefork.overload import OverloadGuard
 from flupfast.serving.prefork.policy import (
-    BUSY, DRAIN_GRACE, EXCESS_CHECK, EXITING, IDLE, KILL_WAIT, REAP_POLL, RETIRE_DELAY,
-    SHUTDOWN_GRACE, SLOT_EMPTY, SLOT_UNREPORTED, SPAWN_BACKOFF, STATUS_BUSY, STATUS_IDLE,
-    TERM_GRACE,
-    PoolLimits, decide_pool_change, retire_after_delay)
+    BUSY, EXCESS_CHECK, EXITING, IDLE, REAP_POLL, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
+    STATUS_IDLE, PoolLimits, decide_pool_change, retire_after_delay)
 from flupfast.serving.signals import LoopControl
 
 __all__ = ["ChildRecord", "PreforkMode"]
@@ -222,16 +222,16 @@ class PreforkMode(JobSource, LoopControl):
                 and not self._overload.answering():
             for _ in range(change.spawn):
                 if not self.spawn_child(sock):
-                    self._spawn_blocked_until = time.monotonic() + SPAWN_BACKOFF
+                    self._spawn_blocked_until = time.monotonic() + FORK_SPAWN_BACKOFF
                     break
 
     def _excess_timeout(self, timeout):
         """The loop's wait, shortened to EXCESS_CHECK while an excess of idle children waits
-        out RETIRE_DELAY (and to the moment it has lasted that long)."""
+        out FORK_RETIRE_DELAY (and to the moment it has lasted that long)."""
         if self._excess is None:
             return timeout
         since = self._excess[0]
-        return min(timeout, EXCESS_CHECK, max(0.0, since + RETIRE_DELAY - time.monotonic()))
+        return min(timeout, EXCESS_CHECK, max(0.0, since + FORK_RETIRE_DELAY - time.monotonic()))
 
     def _read_status(self, child):
         """Take a child's pending reports; returns False when the child has gone."""
@@ -377,16 +377,16 @@ class PreforkMode(JobSource, LoopControl):
     def retire_all_children(self):
         """Close every child's socket: idle children exit at once, busy ones once their job
         ends (DRAIN_SIGNAL ends a persistent connection's idle wait). Those still running
-        after DRAIN_GRACE get SIGINT, SIGTERM after SHUTDOWN_GRACE more, SIGKILL after
-        TERM_GRACE more. Returns when every child is reaped (or KILL_WAIT after SIGKILL)."""
+        after FORK_DRAIN_GRACE get SIGINT, SIGTERM after FORK_INTERRUPT_GRACE more, SIGKILL after
+        FORK_TERM_GRACE more. Returns when every child is reaped (or FORK_KILL_WAIT after SIGKILL)."""
         self._read_board()
         busy = [pid for pid, child in self.children.items() if child.state == BUSY]
         for child in list(self.children.values()):
             self._release(child)
         if DRAIN_SIGNAL is not None:
             self._signal_children(DRAIN_SIGNAL, busy)
-        stages = [(DRAIN_GRACE, signal.SIGINT), (SHUTDOWN_GRACE, signal.SIGTERM),
-                  (TERM_GRACE, signal.SIGKILL), (KILL_WAIT, None)]
+        stages = [(FORK_DRAIN_GRACE, signal.SIGINT), (FORK_INTERRUPT_GRACE, signal.SIGTERM),
+                  (FORK_TERM_GRACE, signal.SIGKILL), (FORK_KILL_WAIT, None)]
         deadline = time.monotonic()
         for grace, next_signal in stages:
             deadline += grace

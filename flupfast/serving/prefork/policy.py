@@ -1,8 +1,10 @@
-"""The prefork pool policy: child states, the pool's time bounds, and the spawn/retire decision
+"""The prefork pool policy: child states, the parent's polling intervals, and the spawn/retire decision
 as pure functions of (child states, limits, now), the retire hysteresis included. No process,
 socket or clock here: the arbiter passes ``now`` in.
 """
 from dataclasses import dataclass
+
+from flupfast.limits import FORK_RETIRE_DELAY
 
 __all__ = ["BUSY", "IDLE", "EXITING", "STATUS_BUSY", "STATUS_IDLE", "SLOT_EMPTY",
            "SLOT_UNREPORTED", "PoolChange", "PoolLimits", "decide_pool_change",
@@ -29,33 +31,13 @@ EXITING = "exiting"  # told to go, or seen to go (EOF); still a process until re
 # The parent wakes at least this often even with nothing to do: a safety net for reaping and
 # for flags set from another thread (signals and child events wake it at once).
 PARENT_TICK = 1.0
-# On shutdown (INT, TERM, HUP), busy children first get this long to finish their request in
-# peace: they exit when it ends, finding the parent gone. flup sends SIGINT at once, failing
-# every request in flight. A child holding a persistent connection (AJP, FastCGI KEEP_CONN)
-# stays busy until the web server closes it, so the drain is bounded as the thread mode's.
-DRAIN_GRACE = 5.0
-# ... then SIGINT (KeyboardInterrupt in the job) and this long (flup's 10 s alarm, which never
-# fired: bug 8) before SIGTERM ...
-SHUTDOWN_GRACE = 10.0
-# ... and SIGTERM this long before SIGKILL (a child may have its own SIGTERM handler).
-TERM_GRACE = 2.0
-# After SIGKILL, how long to wait for the kernel to let us reap the last children.
-KILL_WAIT = 5.0
 # Poll interval while waiting for children to exit (SIGCHLD usually wakes us sooner).
 REAP_POLL = 0.05
-# Idle children above max_spare are retired once the excess has lasted this long (Apache's
-# prefork also trims its idle children once a second). Under steady load the idle count swings
-# past max_spare between requests; retiring at once and forking again a moment later churned
-# the pool (26 children forked in 7 s under a 16-connection hello load, 5 at its end), each fork
-# and cold start paid by the requests behind it.
-RETIRE_DELAY = 1.0
-# While an excess waits out RETIRE_DELAY the parent reads the scoreboard this often: children
-# wake it only when the idle count crosses min_spare or max_spare, so without a look of its own
+# While an excess waits out FORK_RETIRE_DELAY the parent reads the scoreboard this often:
+# children wake it only when the idle count crosses min_spare or max_spare, so without a look of its own
 # a dip back between them goes unseen and a count swinging around max_spare looks like a
 # lasting excess.
 EXCESS_CHECK = 0.05
-# Pause after fork() fails for lack of resources before the loop tries again.
-SPAWN_BACKOFF = 1.0
 
 # -- the pool policy: a pure function ---------------------------------------------------------
 
@@ -101,7 +83,7 @@ def decide_pool_change(states, limits):
 
 def retire_after_delay(retire, excess, now):
     """The retire hysteresis: ``retire`` (decide_pool_change's pids) go only once an excess has
-    lasted RETIRE_DELAY, and then only as many as stayed idle through the whole delay (the
+    lasted FORK_RETIRE_DELAY, and then only as many as stayed idle through the whole delay (the
     fewest extras seen). ``excess`` is the state carried between calls: None, or (since,
     fewest). Returns (pids to retire now, the new ``excess``)."""
     if not retire:
@@ -110,6 +92,6 @@ def retire_after_delay(retire, excess, now):
         return (), (now, len(retire))
     since, fewest = excess
     fewest = min(fewest, len(retire))
-    if now - since >= RETIRE_DELAY:
+    if now - since >= FORK_RETIRE_DELAY:
         return retire[-fewest:], None
     return (), (since, fewest)
