@@ -390,7 +390,7 @@ class BaseFCGIServer(object):
                 AllowList(self._allowedServers, logger=_connection.logger,
                           reason='not in allowedServers'))
 
-    def _run_mode(self, mode_run):
+    def _run_front(self, mode_run):
         """flup's front-end ``run()``, once for the three modes: read FCGI_WEB_SERVER_ADDRS,
         set up the socket, run the mode, close the socket; returns the mode's result."""
         addrs = os.environ.get('FCGI_WEB_SERVER_ADDRS')
