@@ -62,7 +62,7 @@ class _TrackedJob:
         mode = self._mode
         parked = self._parked
         if parked is not None and parkable:
-            return PARK if parked.accepts() and mode.keep_going else END
+            return PARK if parked.open and mode.keep_going else END
         if not mode.keep_going or (job.served > 0 and mode.pool.idle_count < 0):
             return END
         return WAIT
