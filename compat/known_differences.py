@@ -94,7 +94,7 @@ DIFFERENCES = [
         'prefork-pool-growth', 'preforkserver.py:184',
         'compares the status byte with a str: the pool never grows past maxSpare',
         'grows to maxChildren under load; idle children above maxSpare are retired once the '
-        'excess has lasted RETIRE_DELAY (1 s), as Apache\'s prefork trims once a second',
+        'excess has lasted FORK_RETIRE_DELAY (1 s), as Apache\'s prefork trims once a second',
         'maxChildren is the documented contract; retiring at the first excess and forking '
         'again a moment later churns the pool under steady load'),
     Difference(
@@ -347,7 +347,7 @@ DIFFERENCES = [
         'prefork-shutdown-drain', 'preforkserver.py:240-260',
         'on SIGTERM, SIGINT or SIGHUP sends SIGINT to busy children at once: every request in '
         'flight fails',
-        'lets busy children finish for DRAIN_GRACE (5 s) before SIGINT, then escalates',
+        'lets busy children finish for FORK_DRAIN_GRACE (5 s) before SIGINT, then escalates',
         'a restart or a deploy must not fail the requests it finds in flight'),
     Difference(
         'request-timeout-watchdog', 'fcgi_base.py:561-591, scgi_base.py:217-291, '

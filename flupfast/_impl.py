@@ -5,6 +5,7 @@ pure-Python ones. Every other module imports the hot classes from here.
 (pure Python) or ``1`` (compiled, or ImportError saying how to get it); the aliases in
 PURE_VALUES and COMPILED_VALUES mean the same. Any other value is an ImportError naming them.
 """
+import importlib
 import importlib.machinery
 import os
 
@@ -63,20 +64,61 @@ else:
         "required); aliases of 0: %s; of 1: %s"
         % (_raw, ", ".join(PURE_VALUES[1:]), ", ".join(COMPILED_VALUES[1:])))
 
-if _speedups is not None:
-    from flupfast._speedups import FastCGIParser, InputStream, frame_stdout  # noqa: F401
-    from flupfast._speedups import (  # noqa: F401
-        AJPParser, decode_body_chunk, decode_forward_request, frame_body)
-    from flupfast._speedups import serve_child  # noqa: F401
-    from flupfast._speedups import send_buffers  # noqa: F401
-    from flupfast._speedups import decode_request as decode_scgi_request  # noqa: F401
-    BACKEND = "cython"
-else:
-    from flupfast.protocols.fastcgi import FastCGIParser, frame_stdout  # noqa: F401
-    from flupfast.protocols.ajp import (  # noqa: F401
-        AJPParser, decode_body_chunk, decode_forward_request, frame_body)
-    from flupfast.body import InputStream  # noqa: F401
-    from flupfast.serving.prefork import serve_child  # noqa: F401
-    from flupfast.output import send_buffers  # noqa: F401
-    from flupfast.protocols.scgi import decode_request as decode_scgi_request  # noqa: F401
-    BACKEND = "python"
+# The twins, once: (the name every module imports from here, its name in _speedups, the
+# module and name of its pure twin). tests/conftest.py builds both backends' namespaces from
+# this list, and a test checks _speedups.pyi against it. Bound by name (importlib) so that
+# the pure modules load only for the backend that uses them.
+TWINS = (
+    ("FastCGIParser", "FastCGIParser", "flupfast.protocols.fastcgi", "FastCGIParser"),
+    ("frame_stdout", "frame_stdout", "flupfast.protocols.fastcgi", "frame_stdout"),
+    ("decode_scgi_request", "decode_request", "flupfast.protocols.scgi", "decode_request"),
+    ("AJPParser", "AJPParser", "flupfast.protocols.ajp", "AJPParser"),
+    ("decode_forward_request", "decode_forward_request", "flupfast.protocols.ajp",
+     "decode_forward_request"),
+    ("decode_body_chunk", "decode_body_chunk", "flupfast.protocols.ajp", "decode_body_chunk"),
+    ("frame_body", "frame_body", "flupfast.protocols.ajp", "frame_body"),
+    ("InputStream", "InputStream", "flupfast.body", "InputStream"),
+    ("send_buffers", "send_buffers", "flupfast.output", "send_buffers"),
+    ("serve_child", "serve_child", "flupfast.serving.prefork.child", "serve_child"),
+)
+
+# Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
+# importing a codec must not load.
+LAZY = frozenset({"serve_child"})
+
+
+def pure_twin(name):
+    """The pure-Python twin named ``name`` (a name of TWINS, or ``open_scgi_body``)."""
+    if name == "open_scgi_body":
+        from flupfast.scgi_body import open_buffered
+        return open_buffered
+    for public, _, module, attr in TWINS:
+        if public == name:
+            return getattr(importlib.import_module(module), attr)
+    raise KeyError(name)
+
+
+def backend_twins(speedups=None, lazy=True):
+    """{name: twin} of one backend: the compiled one from ``speedups`` (the module), else the
+    pure one (without the LAZY twins unless ``lazy``). ``open_scgi_body`` opens SCGI's
+    wsgi.input: the backend's InputStream, or C's BufferedReader in pure Python."""
+    if speedups is None:
+        twins = {name: pure_twin(name) for name, _, _, _ in TWINS if lazy or name not in LAZY}
+        twins["open_scgi_body"] = pure_twin("open_scgi_body")
+        return twins
+    from flupfast.scgi_body import open_streamed
+    twins = {name: getattr(speedups, compiled) for name, compiled, _, _ in TWINS}
+    twins["open_scgi_body"] = open_streamed(twins["InputStream"])
+    return twins
+
+
+globals().update(backend_twins(_speedups, lazy=False))
+BACKEND = "python" if _speedups is None else "cython"
+
+
+def __getattr__(name):
+    """A LAZY pure twin on first use."""
+    if name in LAZY and _speedups is None:
+        twin = globals()[name] = pure_twin(name)
+        return twin
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,6 +1,6 @@
 """Typed surface of the compiled twins (flupfast/_speedups.pyx); each name matches its pure twin
-in flupfast.protocols.fastcgi, flupfast.protocols.ajp or flupfast.body, which document the
-behaviour."""
+as listed in flupfast._impl.TWINS, whose module documents the behaviour. A test checks this stub
+against the compiled module and that list."""
 import socket
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -63,6 +63,8 @@ class InputStream:
     def drain(self) -> int: ...
     @property
     def at_eof(self) -> bool: ...
+
+def send_buffers(sock: socket.socket, buffers: List[Buffer]) -> None: ...
 
 def serve_child(
     listen_sock: socket.socket,

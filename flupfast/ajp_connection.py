@@ -11,13 +11,15 @@ import logging
 
 from flupfast import _impl, fastlog
 from flupfast.body import ClientDisconnected
-from flupfast.connection import LoggedConnection, request_deadline, server_stopping
+from flupfast.connection import LoggedConnection
+from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
 from flupfast.output import (OVERLOADED_BODY, OVERLOADED_HEADERS, OVERLOADED_REASON,
                              OVERLOADED_STATUS)
 from flupfast.protocols import ajp
 from flupfast.protocols.errors import AJPError
+from flupfast.serving.job import WAIT
 
 LoggerName = 'ajp-wsgi'
 _logger = logging.getLogger(LoggerName)
@@ -220,13 +222,14 @@ class AJPConnection(LoggedConnection):
 
     def _serve(self):
         while not self.closed:
-            # Waiting for the next request: a stop may end the wait. A new connection is not
-            # idle: its first request is on the way.
+            # Waiting for the next request: the mode may end the wait (a new connection is not
+            # idle: its first request is on the way, and only a stop ends it).
             self.idle = self.served > 0
-            if self.idle and self.idle_check is not None and self.idle_check():
+            if self.on_idle(self, False) is not WAIT:
+                self.idle = False
                 return
             try:
-                payload = None if server_stopping(self.server) else self._next_packet()
+                payload = self._next_packet()
             finally:
                 self.idle = False
             if payload is None:

@@ -111,3 +111,42 @@ REFUSED_PEER_LOG_INTERVAL = 60
 # Refused addresses remembered for that; past this many the memory is emptied (a flood from
 # many addresses then logs again, at most this many lines per interval).
 REFUSED_PEERS_REMEMBERED = 1024
+
+# Pause after accept() fails for lack of fds/memory (the single and threaded accept loop, and a
+# prefork child): the socket stays readable, so retrying at once would spin at 100% CPU; a
+# short pause lets running jobs release resources.
+ACCEPT_BACKOFF = 0.1
+
+# -- the modes' own time bounds (shutdown and pool upkeep), not bounds against a peer -----------
+
+# Thread mode: on shutdown, in-flight jobs get this long to finish before run()'s caller carries
+# on; their threads are daemons, so a connection kept alive by the web server cannot block the
+# exit (flup waits forever).
+THREAD_JOB_GRACE = 5.0
+
+# ThreadPool.shutdown()'s default wait for busy workers: long enough for an in-flight request to
+# finish, short enough that a kept-alive connection cannot hold the process forever.
+THREAD_POOL_SHUTDOWN_GRACE = 5.0
+
+# Fork mode shutdown (INT, TERM, HUP), in stages: busy children first get FORK_DRAIN_GRACE to
+# finish their request in peace (they exit when it ends, finding the parent gone; flup sends
+# SIGINT at once, failing every request in flight; a child holding a persistent connection
+# stays busy until the web server closes it, so the drain is bounded as the thread mode's) ...
+FORK_DRAIN_GRACE = 5.0
+# ... then SIGINT (KeyboardInterrupt in the job) and this long (flup's 10 s alarm, which never
+# fired: ``prefork-signals``) before SIGTERM ...
+FORK_INTERRUPT_GRACE = 10.0
+# ... and SIGTERM this long before SIGKILL (a child may have its own SIGTERM handler) ...
+FORK_TERM_GRACE = 2.0
+# ... and after SIGKILL at most this long for the kernel to let us reap the last children.
+FORK_KILL_WAIT = 5.0
+
+# Idle children above max_spare are retired once the excess has lasted this long (Apache's
+# prefork also trims its idle children once a second). Under steady load the idle count swings
+# past max_spare between requests; retiring at once and forking again a moment later churned
+# the pool (26 children forked in 7 s under a 16-connection hello load, 5 at its end), each fork
+# and cold start paid by the requests behind it.
+FORK_RETIRE_DELAY = 1.0
+
+# Pause after fork() fails for lack of resources before the parent tries again.
+FORK_SPAWN_BACKOFF = 1.0

@@ -6,92 +6,58 @@ protocols/scgi.py or its compiled twin; the socket plumbing and the logged loop 
 Log messages and levels are flup's (logger ``scgi-wsgi``), so a site's logging keeps working.
 """
 import datetime
-import io
 import logging
 import time
 
 from flupfast import _impl, fastlog
-from flupfast import body as _body_module
 from flupfast.body import ClientDisconnected
-from flupfast.connection import (LoggedConnection, RawOutputStream, request_deadline,
-                                 server_stopping)
+from flupfast.connection import LoggedConnection
+from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
-from flupfast.output import OVERLOADED_CGI_RESPONSE
+from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file
 from flupfast.protocols.errors import SCGIError
+from flupfast.serving.job import WAIT
 
 LoggerName = 'scgi-wsgi'
 _logger = logging.getLogger(LoggerName)
 
 
-class _BodySource:
-    """``pull()`` for wsgi.input: the body bytes that came with the header, then the socket,
-    never past CONTENT_LENGTH (flup hands the app the raw socket, where a read past the body
-    waits for the web server to give up)."""
+class RawOutputStream:
+    """A response written straight onto the connection's socket (SCGI; flup's
+    ``StdoutWrapper`` over ``sock.makefile('wb')``): no framing, held parts coalesced into one
+    send, and regular files handed to the kernel with ``sendfile``.
+    """
 
-    __slots__ = ('_conn', '_first', 'left')
-
-    def __init__(self, conn, first, content_length):
+    def __init__(self, conn):
         self._conn = conn
-        self._first = first
-        self.left = content_length - len(first)
+        self.dataWritten = False
 
-    def __call__(self):
-        first = self._first
-        if first:
-            self._first = None
-            return first
-        if self.left <= 0:
-            return b''
-        data = self._conn.recv_some(self.left)
-        if not data:
-            raise ClientDisconnected('the web server closed the connection with %d bytes of '
-                                     'the body (CONTENT_LENGTH) still to come' % self.left)
-        self.left -= len(data)
-        return bytes(data)
+    def write_parts(self, parts, hold=False):
+        buffers = [part for part in parts if part]
+        if buffers:
+            self.dataWritten = True
+            self._conn.send(buffers, hold)
 
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('latin-1')
+        self.write_parts((data,))
 
-class _RawBody(io.RawIOBase):
-    """The body as a raw stream for the pure backend's wsgi.input: ``readinto`` receives
-    straight into the caller's buffer, never past CONTENT_LENGTH. Under ``_BufferedBody``
-    (C ``io.BufferedReader``, what flup hands the app) ``readline`` and ``read`` run in C."""
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
 
-    def __init__(self, conn, first, content_length):
-        self._conn = conn
-        self._first = first
-        self._offset = 0
-        self.left = content_length - len(first)
+    def flush(self):
+        self._conn.send([])
 
-    def readable(self):
-        return True
+    def can_send_file(self, filelike):
+        return is_regular_file(filelike)
 
-    def readinto(self, buffer):
-        first = self._first
-        if first:
-            n = min(len(buffer), len(first) - self._offset)
-            buffer[:n] = first[self._offset:self._offset + n]
-            self._offset += n
-            if self._offset == len(first):
-                self._first = None
-            return n
-        if self.left <= 0:
-            return 0
-        view = memoryview(buffer)
-        if len(view) > self.left:
-            view = view[:self.left]
-        n = self._conn._sock.recv_into(view)
-        if not n:
-            raise ClientDisconnected('the web server closed the connection with %d bytes of '
-                                     'the body (CONTENT_LENGTH) still to come' % self.left)
-        self.left -= n
-        return n
-
-
-class _BufferedBody(io.BufferedReader):
-    """wsgi.input of the pure backend: closing it (WSGI allows that) leaves it readable,
-    as the compiled stream does."""
-
-    def close(self):
-        pass
+    def send_file(self, filelike):
+        """Send the rest of a regular file from its current position (``os.sendfile``)."""
+        self.flush()
+        self.dataWritten = True
+        self._conn.send_file(filelike)
 
 
 class SCGIRequest:
@@ -148,9 +114,9 @@ class SCGIConnection(LoggedConnection):
 
     def _read_header(self):
         """The header netstring: (environ, content_length, body bytes received with it)."""
-        self.idle = True  # no request byte yet: a single-mode stop may end the wait
+        self.idle = True  # no request byte yet: a stop may end the wait
         try:
-            data = b'' if server_stopping(self.server) else self.recv_some()
+            data = self.recv_some() if self.on_idle(self, False) is WAIT else b''
         finally:
             self.idle = False
         if not data:
@@ -172,13 +138,7 @@ class SCGIConnection(LoggedConnection):
 
     def _serve(self):
         environ, content_length, first = self._read_header()
-        if _impl.InputStream is _body_module.InputStream:
-            # Pure backend: C's BufferedReader over the socket beats a Python readline.
-            self._body = raw = _RawBody(self, first, content_length)
-            stdin = _BufferedBody(raw, 32768)
-        else:
-            self._body = body = _BodySource(self, first, content_length)
-            stdin = _impl.InputStream(body)
+        self._body, stdin = _impl.open_scgi_body(self, first, content_length)
         output = RawOutputStream(self)
         req = self.server.requestClass(self, environ, stdin, output)
         with request_deadline(self._timeout, self._timed_out):

@@ -11,21 +11,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import flupfast
-from flupfast import body, output, protocols
-from flupfast.protocols import ajp, fastcgi, scgi
+from flupfast import _impl, protocols
 
-PURE = types.SimpleNamespace(
-    name='py',
-    FastCGIParser=fastcgi.FastCGIParser,
-    frame_stdout=fastcgi.frame_stdout,
-    InputStream=body.InputStream,
-    decode_scgi_request=scgi.decode_request,
-    AJPParser=ajp.AJPParser,
-    decode_forward_request=ajp.decode_forward_request,
-    decode_body_chunk=ajp.decode_body_chunk,
-    frame_body=ajp.frame_body,
-    send_buffers=output.send_buffers,
-)
+# Both backends' twins, from the one list in _impl (TWINS): a twin added there is here too.
+PURE = types.SimpleNamespace(name='py', **_impl.backend_twins())
 
 
 def _compiled():
@@ -33,18 +22,14 @@ def _compiled():
         from flupfast import _speedups
     except ImportError as exc:
         return None, str(exc)
-    return types.SimpleNamespace(
-        name='cy',
-        FastCGIParser=_speedups.FastCGIParser,
-        frame_stdout=_speedups.frame_stdout,
-        InputStream=_speedups.InputStream,
-        decode_scgi_request=_speedups.decode_request,
-        AJPParser=_speedups.AJPParser,
-        decode_forward_request=_speedups.decode_forward_request,
-        decode_body_chunk=_speedups.decode_body_chunk,
-        frame_body=_speedups.frame_body,
-        send_buffers=_speedups.send_buffers,
-    ), None
+    return types.SimpleNamespace(name='cy', **_impl.backend_twins(_speedups)), None
+
+
+def install_backend(monkeypatch, backend):
+    """Make the connections pick ``backend``'s twins through _impl for one test."""
+    for name, twin in vars(backend).items():
+        if name != 'name':
+            monkeypatch.setattr(_impl, name, twin)
 
 
 COMPILED, COMPILED_ERROR = _compiled()

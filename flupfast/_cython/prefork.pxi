@@ -189,7 +189,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     # Imported here, not at module level: serving.prefork picks this function through _impl.
     import os
     import time
-    from flupfast.serving import prefork as policy
+    import flupfast.serving.prefork.child as policy
     from flupfast.serving.listen import (ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS,
                                          is_tcp, set_nodelay)
     cdef int listen_fd = listen_sock.fileno()
@@ -205,7 +205,6 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     cdef Py_buffer board_view
     cdef _Board cboard
     accept = listen_sock.accept
-    has_limit_attr = hasattr(job_class, 'max_requests')
     if policy.STATUS_IDLE != b'\xff':
         raise AssertionError('the scoreboard counts 0xff as idle')
     cboard.buf = NULL
@@ -267,16 +266,15 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 continue
             _board_report(&cboard, parent_fd, busy, out_epfd)
             job = job_class(client, addr, *job_args)
-            if has_limit_attr or hasattr(job, 'max_requests'):
-                job.max_requests = left if limited else None
+            job.max_requests = left if limited else None
             try:
                 served = job.run()
             except Exception:
                 policy.logger.exception("unhandled exception in job %r", job)
                 client.close()
-                served = None
+                served = 1
             if limited:
-                left -= 1 if served is None else served
+                left -= served
                 if left <= 0:
                     return  # retire; the parent sees EOF and replaces us
             if not _board_report(&cboard, parent_fd, idle, out_epfd):

@@ -82,7 +82,7 @@ class SCGIAJPServerBase(object):
             allow = self._allow_list = AllowList(self._allowedServers, logger=self.logger)
         return allow.allows(addr)
 
-    def _run_logged(self, mode_run):
+    def _run_front(self, mode_run):
         """flup's front-end ``run()``: log, set up the socket, run the mode, clean up.
         A socket that cannot be set up is logged and run() returns False, as flup means to
         (its ``e[1]`` raises TypeError on Python 3)."""

@@ -40,9 +40,7 @@ class WSGIServer(BaseAJPServer, ThreadedServer):
                                multithreaded=multithreaded, multiprocess=multiprocess,
                                bindAddress=bindAddress, allowedServers=allowedServers,
                                loggingLevel=loggingLevel, debug=debug)
-        kw.pop('jobClass', None)
-        kw.pop('jobArgs', None)
-        ThreadedServer.__init__(self, jobClass=Connection, jobArgs=(self, None), **kw)
+        self._startMode(ThreadedServer, Connection, (self, None), kw)
 
     def run(self):
         """
@@ -52,7 +50,4 @@ class WSGIServer(BaseAJPServer, ThreadedServer):
         """
         # flup skips shutdown() here because kept AJP connections would block it forever;
         # ours waits a bounded time for running requests, then leaves idle connections.
-        try:
-            return self._run_logged(ThreadedServer.run)
-        finally:
-            self.shutdown()
+        return self._runServer(ThreadedServer)

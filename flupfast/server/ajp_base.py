@@ -9,7 +9,7 @@ import sys
 
 from flupfast import _impl
 from flupfast import ajp_connection as _ajp
-from flupfast import connection as _connection
+from flupfast import deadline as _deadline
 from flupfast import gateway
 from flupfast.limits import AJP_DEFAULT_PACKET
 from flupfast.protocols.ajp import (  # noqa: F401  (flup's module-level names)
@@ -29,7 +29,7 @@ LoggerName = _ajp.LoggerName
 install_console_handler(LoggerName)
 
 ProtocolError = AJPError  # flup's ajp_base.ProtocolError (ours is also a ProtocolError)
-TimeoutException = _connection.TimeoutException
+TimeoutException = _deadline.TimeoutException
 Request = _ajp.AJPRequest
 InputStream = _impl.InputStream
 

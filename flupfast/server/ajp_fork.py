@@ -43,9 +43,9 @@ class WSGIServer(BaseAJPServer, PreforkServer):
                                multithreaded=False, multiprocess=True,
                                bindAddress=bindAddress, allowedServers=allowedServers,
                                loggingLevel=loggingLevel, debug=debug)
-        for key in ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'):
-            kw.pop(key, None)  # flup drops these silently
-        PreforkServer.__init__(self, jobClass=Connection, jobArgs=(self, timeout), **kw)
+        # flup drops multithreaded, multiprocess, jobClass and jobArgs silently.
+        self._startMode(PreforkServer, Connection, (self, timeout), kw,
+                        ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'))
 
     def run(self):
         """
@@ -53,4 +53,4 @@ class WSGIServer(BaseAJPServer, PreforkServer):
         cause it to cleanup and return. (If a SIGHUP is caught, this method returns True.
         Returns False otherwise.)
         """
-        return self._run_logged(PreforkServer.run)
+        return self._runServer(PreforkServer)

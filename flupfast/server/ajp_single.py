@@ -24,9 +24,7 @@ class WSGIServer(BaseAJPServer, SingleServer):
                                multithreaded=False, multiprocess=False,
                                bindAddress=bindAddress, allowedServers=allowedServers,
                                loggingLevel=loggingLevel, debug=debug)
-        kw.pop('jobClass', None)
-        kw.pop('jobArgs', None)
-        SingleServer.__init__(self, jobClass=Connection, jobArgs=(self, None), **kw)
+        self._startMode(SingleServer, Connection, (self, None), kw)
 
     def run(self):
         """
@@ -34,4 +32,4 @@ class WSGIServer(BaseAJPServer, SingleServer):
         to cleanup and return. (If a SIGHUP is caught, this method returns True. Returns
         False otherwise.)
         """
-        return self._run_logged(SingleServer.run)
+        return self._runServer(SingleServer)

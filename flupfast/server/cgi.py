@@ -9,7 +9,7 @@ import traceback
 
 from flupfast import gateway
 from flupfast.output import CGIResponder, build_cgi_head
-from flupfast.server.fcgi_base import StdoutWrapper, cgi_params, cgi_stdin
+from flupfast.cgi_fallback import CGIOutput as StdoutWrapper, cgi_params, cgi_stdin
 
 __all__ = ['WSGIServer']
 

@@ -32,14 +32,9 @@ class WSGIServer(BaseFCGIServer, ThreadedServer):
                                 bindAddress=bindAddress, umask=umask, multiplexed=multiplexed,
                                 debug=debug, roles=roles, forceCGI=forceCGI,
                                 allowedServers=kw.pop('allowedServers', None))
-        kw.pop('jobClass', None)
-        kw.pop('jobArgs', None)
-        ThreadedServer.__init__(self, jobClass=self._connectionClass, jobArgs=(self, None), **kw)
+        self._startMode(ThreadedServer, self._connectionClass, (self, None), kw)
 
     def run(self):
         """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
         received, False otherwise."""
-        try:
-            return self._run_mode(ThreadedServer.run)
-        finally:
-            self.shutdown()
+        return self._runServer(ThreadedServer)

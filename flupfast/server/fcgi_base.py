@@ -11,7 +11,9 @@ import sys
 import threading
 
 from flupfast import _impl
-from flupfast import connection as _connection
+from flupfast import cgi_fallback as _cgi
+from flupfast import deadline as _deadline
+from flupfast import fastcgi_connection as _connection
 from flupfast import gateway
 from flupfast.limits import DEFAULT_MAXWRITE
 from flupfast.output import CGIResponder
@@ -46,7 +48,7 @@ DEBUG = 0
 DEBUGLOG = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'fcgi.log')
 
 Request = _connection.FastCGIRequest
-TimeoutException = _connection.TimeoutException
+TimeoutException = _deadline.TimeoutException
 
 
 class _FlupInputStream(object):
@@ -237,68 +239,10 @@ class TeeOutputStream:
             stream.flush()
 
 
-class StdoutWrapper:
-    """The CGI fallback's stdout: bytes to ``sys.stdout.buffer``, flushed per write (flup's
-    ``fcgi_base.StdoutWrapper``, used by server.cgi too)."""
-
-    def __init__(self, stdout):
-        self._file = getattr(stdout, 'buffer', stdout)
-        self.dataWritten = False
-
-    def write_parts(self, parts, hold=False):
-        for part in parts:
-            if part:
-                self._file.write(part)
-                self.dataWritten = True
-        self._file.flush()
-
-    def write(self, data):
-        if isinstance(data, str):
-            data = data.encode('latin-1')
-        self.write_parts((data,))
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def flush(self):
-        self._file.flush()
-
-
-def cgi_params():
-    """The CGI request's variables as WSGI wants them: each byte of the process environment
-    as one latin-1 character (PEP 3333 "bytes as str", as the FastCGI params are). flup uses
-    ``os.environ``, whose values the locale decodes: a UTF-8 PATH_INFO arrives as text."""
-    environb = getattr(os, 'environb', None)
-    if environb is None:  # no bytes environment on this platform
-        return dict(os.environ)
-    return {name.decode('latin-1'): value.decode('latin-1')
-            for name, value in environb.items()}
-
-
-def cgi_stdin(stdin=None, environ=None):
-    """``wsgi.input`` of a plain CGI request: binary stdin, ending at CONTENT_LENGTH (flup's
-    is text-mode ``sys.stdin``, bug 3). Shared by the FastCGI CGI fallback and server.cgi."""
-    if stdin is None:
-        stdin = getattr(sys.stdin, 'buffer', sys.stdin)
-    if environ is None:
-        environ = os.environ
-    try:
-        left = int(environ.get('CONTENT_LENGTH') or 0)
-    except ValueError:
-        left = 0
-    read = getattr(stdin, 'read1', stdin.read)
-    state = {'left': left}
-
-    def pull():
-        if state['left'] <= 0:
-            return b''
-        chunk = read(min(state['left'], 65536))
-        state['left'] -= len(chunk)
-        if not chunk:
-            state['left'] = 0
-        return chunk
-    return _impl.InputStream(pull)
+# flup's names for the CGI fallback's parts (flupfast/cgi_fallback.py; server.cgi uses them too).
+StdoutWrapper = _cgi.CGIOutput
+cgi_params = _cgi.cgi_params
+cgi_stdin = _cgi.cgi_stdin
 
 
 class CGIRequest(Request):
@@ -446,7 +390,7 @@ class BaseFCGIServer(object):
                 AllowList(self._allowedServers, logger=_connection.logger,
                           reason='not in allowedServers'))
 
-    def _run_mode(self, mode_run):
+    def _run_front(self, mode_run):
         """flup's front-end ``run()``, once for the three modes: read FCGI_WEB_SERVER_ADDRS,
         set up the socket, run the mode, close the socket; returns the mode's result."""
         addrs = os.environ.get('FCGI_WEB_SERVER_ADDRS')

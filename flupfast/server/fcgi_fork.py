@@ -33,10 +33,9 @@ class WSGIServer(BaseFCGIServer, PreforkServer):
                                 multiprocess=True, bindAddress=bindAddress, umask=umask,
                                 multiplexed=multiplexed, debug=debug, roles=roles,
                                 forceCGI=forceCGI, allowedServers=kw.pop('allowedServers', None))
-        for key in ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'):
-            kw.pop(key, None)  # flup drops these silently (fcgi_fork.py:99)
-        PreforkServer.__init__(self, jobClass=self._connectionClass,
-                               jobArgs=(self, timeout), **kw)
+        # flup drops multithreaded, multiprocess, jobClass and jobArgs silently (fcgi_fork.py:99).
+        self._startMode(PreforkServer, self._connectionClass, (self, timeout), kw,
+                        ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'))
         max_conns = min(_rlimit('RLIMIT_NOFILE'), _rlimit('RLIMIT_NPROC'))
         self.capability = {
             FCGI_MAX_CONNS: max_conns,
@@ -47,4 +46,4 @@ class WSGIServer(BaseFCGIServer, PreforkServer):
     def run(self):
         """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
         received, False otherwise."""
-        return self._run_mode(PreforkServer.run)
+        return self._runServer(PreforkServer)

@@ -29,12 +29,10 @@ class WSGIServer(BaseFCGIServer, SingleServer):
                                 multiprocess=False, bindAddress=bindAddress, umask=umask,
                                 multiplexed=multiplexed, debug=debug, roles=roles,
                                 forceCGI=forceCGI, allowedServers=kw.pop('allowedServers', None))
-        kw.pop('jobClass', None)
-        kw.pop('jobArgs', None)
-        SingleServer.__init__(self, jobClass=self._connectionClass, jobArgs=(self, None), **kw)
+        self._startMode(SingleServer, self._connectionClass, (self, None), kw)
         self.capability = {FCGI_MAX_CONNS: 1, FCGI_MAX_REQS: 1, FCGI_MPXS_CONNS: 0}
 
     def run(self):
         """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
         received, False otherwise."""
-        return self._run_mode(SingleServer.run)
+        return self._runServer(SingleServer)

@@ -39,9 +39,7 @@ class WSGIServer(BaseSCGIServer, ThreadedServer):
                                 bindAddress=bindAddress, umask=umask,
                                 allowedServers=allowedServers, loggingLevel=loggingLevel,
                                 debug=debug)
-        kw.pop('jobClass', None)
-        kw.pop('jobArgs', None)
-        ThreadedServer.__init__(self, jobClass=Connection, jobArgs=(self, None), **kw)
+        self._startMode(ThreadedServer, Connection, (self, None), kw)
 
     def run(self):
         """
@@ -49,7 +47,4 @@ class WSGIServer(BaseSCGIServer, ThreadedServer):
         cause it to cleanup and return. (If a SIGHUP is caught, this method returns True.
         Returns False otherwise.)
         """
-        try:
-            return self._run_logged(ThreadedServer.run)
-        finally:
-            self.shutdown()
+        return self._runServer(ThreadedServer)

@@ -8,7 +8,7 @@ import select
 import sys
 import warnings
 
-from flupfast import connection as _connection
+from flupfast import deadline as _deadline
 from flupfast import gateway
 from flupfast import scgi_connection as _scgi
 from flupfast.limits import MAX_SCGI_HEADER_BYTES
@@ -25,7 +25,7 @@ LoggerName = _scgi.LoggerName
 install_console_handler(LoggerName)
 
 ProtocolError = SCGIError  # flup's scgi_base.ProtocolError (ours is also a ProtocolError)
-TimeoutException = _connection.TimeoutException
+TimeoutException = _deadline.TimeoutException
 Request = _scgi.SCGIRequest
 
 

@@ -40,9 +40,9 @@ class WSGIServer(BaseSCGIServer, PreforkServer):
                                 bindAddress=bindAddress, umask=umask,
                                 allowedServers=allowedServers, loggingLevel=loggingLevel,
                                 debug=debug)
-        for key in ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'):
-            kw.pop(key, None)  # flup drops these silently
-        PreforkServer.__init__(self, jobClass=Connection, jobArgs=(self, timeout), **kw)
+        # flup drops multithreaded, multiprocess, jobClass and jobArgs silently.
+        self._startMode(PreforkServer, Connection, (self, timeout), kw,
+                        ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'))
 
     def run(self):
         """
@@ -50,4 +50,4 @@ class WSGIServer(BaseSCGIServer, PreforkServer):
         cause it to cleanup and return. (If a SIGHUP is caught, this method returns True.
         Returns False otherwise.)
         """
-        return self._run_logged(PreforkServer.run)
+        return self._runServer(PreforkServer)

@@ -25,9 +25,7 @@ class WSGIServer(BaseSCGIServer, SingleServer):
                                 bindAddress=bindAddress, umask=umask,
                                 allowedServers=allowedServers, loggingLevel=loggingLevel,
                                 debug=debug)
-        kw.pop('jobClass', None)
-        kw.pop('jobArgs', None)
-        SingleServer.__init__(self, jobClass=Connection, jobArgs=(self, None), **kw)
+        self._startMode(SingleServer, Connection, (self, None), kw)
 
     def run(self):
         """
@@ -35,4 +33,4 @@ class WSGIServer(BaseSCGIServer, SingleServer):
         to cleanup and return. (If a SIGHUP is caught, this method returns True. Returns
         False otherwise.)
         """
-        return self._run_logged(SingleServer.run)
+        return self._runServer(SingleServer)

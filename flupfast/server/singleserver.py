@@ -58,6 +58,29 @@ class _ModeFacade(object):
     def _jobArgs(self, value):
         self._servingMode.job_args = tuple(value)
 
+    # -- what the nine protocol servers share ---------------------------------------------------
+
+    # Whether a protocol server's run() ends with shutdown() (the threaded mode: a bounded wait
+    # for its running jobs).
+    _shutdownAfterRun = False
+
+    def _startMode(self, mode_server, job_class, job_args, kw, dropped=('jobClass', 'jobArgs')):
+        """Build ``mode_server`` (the mode facade a protocol server derives from) to run
+        ``job_class(sock, addr, *job_args)``; flup's keywords in ``dropped`` are ignored, as
+        flup ignores them."""
+        for key in dropped:
+            kw.pop(key, None)
+        mode_server.__init__(self, jobClass=job_class, jobArgs=job_args, **kw)
+
+    def _runServer(self, mode_server):
+        """A protocol server's run(): its protocol's front-end run (``_run_front``: socket,
+        logging, allow-lists) around ``mode_server``'s loop."""
+        try:
+            return self._run_front(mode_server.run)
+        finally:
+            if self._shutdownAfterRun:
+                self.shutdown()
+
     # -- hooks ---------------------------------------------------------------------------------
 
     def _hookArgs(self):

@@ -17,6 +17,8 @@ class ThreadedServer(_AcceptLoopFacade):
     (minSpare, maxSpare, maxThreads) go to the pool, which starts its threads here, at
     construction, as flup's does."""
 
+    _shutdownAfterRun = True
+
     def __init__(self, jobClass=None, jobArgs=(), **kw):
         self._threadPool = ThreadPool(**kw)  # unknown keywords raise TypeError, as flup
         hooks = self._hookArgs()

@@ -130,10 +130,6 @@ class ParkedSet:
 
     # -- the workers' side --------------------------------------------------------------------
 
-    def accepts(self):
-        """A job's ``park``: may it park now? (False: the mode stops; the job ends.)"""
-        return self.open
-
     def park(self, tracked):
         """Watch ``tracked.client``; False when it cannot be watched (the caller closes it)."""
         fd = tracked.fd

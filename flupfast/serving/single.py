@@ -9,6 +9,8 @@ import selectors
 import socket
 import time
 
+from flupfast.limits import ACCEPT_BACKOFF
+from flupfast.serving.job import END, WAIT, JobSource
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_cloexec, set_nodelay)
 from flupfast.output import shutdown_quietly
@@ -18,9 +20,6 @@ __all__ = ["ACCEPT_BACKOFF", "AcceptLoop", "SingleMode"]
 
 logger = logging.getLogger("flupfast")
 
-# Pause after accept() fails for lack of fds/memory: the socket stays readable, so retrying at
-# once would spin at 100% CPU; a short pause lets running jobs release resources.
-ACCEPT_BACKOFF = 0.1
 
 
 def _allow_all(addr):
@@ -31,7 +30,7 @@ def _no_op():
     pass
 
 
-class AcceptLoop(LoopControl):
+class AcceptLoop(JobSource, LoopControl):
     """select -> accept -> allow-list -> ``job_class(client, addr, *job_args)`` -> dispatch.
 
     ``is_client_allowed(addr)`` and ``periodic()`` are the front end's hooks (flup's
@@ -100,7 +99,7 @@ class AcceptLoop(LoopControl):
         if not self.is_client_allowed(addr):
             client.close()
             return
-        job = self.job_class(client, addr, *self.job_args)
+        job = self.new_job(client, addr, *self.job_args)
         self.dispatch(job, client)
 
     def dispatch(self, job, client):
@@ -123,16 +122,16 @@ class SingleMode(AcceptLoop):
     @keep_going.setter
     def keep_going(self, value):
         self._keep_going = value
-        if not value and self._job is not None and getattr(self._job, "idle", False):
+        if not value and self._job is not None and self._job.idle:
             shutdown_quietly(self._client, socket.SHUT_RD)
 
-    def _idle_check(self):
-        return not self._keep_going
+    def _on_idle(self, job, parkable):
+        """A job going idle after a stop (one that came while it was busy) ends at once."""
+        return WAIT if self._keep_going else END
 
     def dispatch(self, job, client):
         self._job, self._client = job, client
-        if hasattr(job, "idle"):
-            job.idle_check = self._idle_check  # a job going idle after a stop ends at once
+        job.on_idle = self._on_idle
         try:
             job.run()
         except Exception:

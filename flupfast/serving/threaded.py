@@ -11,19 +11,17 @@ import socket
 import threading
 import time
 
-from flupfast.limits import MAX_QUEUED_CONNECTIONS
+from flupfast.limits import MAX_QUEUED_CONNECTIONS, THREAD_JOB_GRACE
 from flupfast.output import shutdown_quietly
+from flupfast.serving.job import END, PARK, WAIT
 from flupfast.serving.parking import ParkedSet, supported as parking_supported
 from flupfast.serving.single import AcceptLoop
 from flupfast.serving.threadpool import ThreadPool
 
-__all__ = ["JOB_GRACE", "ThreadedMode"]
+__all__ = ["ThreadedMode"]
 
 logger = logging.getLogger("flupfast")
 
-# On shutdown, in-flight jobs get this long to finish before run()'s caller carries on; their
-# threads are daemons, so a connection kept alive by the web server cannot block the exit.
-JOB_GRACE = 5.0
 # While shutdown waits, how often it looks for jobs that went idle (a persistent connection
 # whose request just ended) to end their wait for the next request.
 IDLE_POLL = 0.05
@@ -33,31 +31,41 @@ class _TrackedJob:
     """A job and its socket while the pool holds it, so the mode can end the wait of a job
     that says it is ``idle`` (a persistent AJP or FastCGI KEEP_CONN connection between
     requests) by shutting its socket's read side, as SingleMode does; a job that is about to
-    go idle asks the mode first (``job.idle_check``).
+    go idle asks it first (``on_idle``, serving/job.py).
 
-    With ``parked`` (a ParkedSet), a job that can park (``job.park``) returns from ``run()``
-    with ``job.parked`` set instead of waiting idle; it is then watched in the set, and the
+    With ``parked`` (a ParkedSet), a job that ``can_park`` is told PARK instead of waiting
+    idle: it returns from ``run()`` with ``parked`` set; it is then watched in the set, and the
     worker goes on with the next ready parked connection, if any, before it goes back to the
     pool: under load one thread serves request after request with no wake-up in between."""
 
-    __slots__ = ("job", "client", "_active", "_parked", "_pool", "registered", "park_token",
-                 "fd")
+    __slots__ = ("job", "client", "_active", "_parked", "_pool", "_mode", "registered",
+                 "park_token", "fd")
 
-    def __init__(self, job, client, active, idle_check, parked=None, pool=None):
-        if parked is not None and not getattr(job, "can_park", False):
+    def __init__(self, job, client, active, mode, parked=None, pool=None):
+        if parked is not None and not job.can_park:
             parked = None
         self.job = job
         self.client = client
         self._active = active
         self._parked = parked
         self._pool = pool
+        self._mode = mode
         self.registered = False  # in the parked set's epoll (kept there, disarmed, when taken)
         self.park_token = None   # while parked: who takes it (parking.py)
         self.fd = client.fileno() if parked is not None else -1
-        if hasattr(job, "idle"):
-            job.idle_check = idle_check
-        if parked is not None:
-            job.park = parked.accepts
+        job.on_idle = self.on_idle
+
+    def on_idle(self, job, parkable):
+        """The mode's answer to a job about to wait: END when the mode stops or when a queued
+        connection waits for a thread (never for a new connection, whose first request is on
+        the way); PARK when it can be watched without a thread; else WAIT."""
+        mode = self._mode
+        parked = self._parked
+        if parked is not None and parkable:
+            return PARK if parked.open and mode.keep_going else END
+        if not mode.keep_going or (job.served > 0 and mode.pool.idle_count < 0):
+            return END
+        return WAIT
 
     def run(self):
         parked = self._parked
@@ -85,7 +93,7 @@ class _TrackedJob:
             job.run()
         finally:
             self._active.discard(self)
-            if getattr(job, "parked", False) and not parked.park(self):
+            if job.parked and not parked.park(self):
                 self.close_parked()  # the mode stopped meanwhile
 
     def close_parked(self):
@@ -100,7 +108,7 @@ class _TrackedJob:
         persistent connection between requests is ended, never one whose first request is on
         its way (an SCGI connection waits ``idle`` for its header, with nothing served yet)."""
         job = self.job
-        if getattr(job, "idle", False) and (stopping or getattr(job, "served", 0) > 0):
+        if job.idle and (stopping or job.served > 0):
             shutdown_quietly(self.client, socket.SHUT_RD)
             return True
         return False
@@ -116,7 +124,7 @@ class ThreadedMode(AcceptLoop):
     With every thread busy (``max_threads`` reached), a connection waits in the pool's queue,
     at most ``max_queued`` of them; to free a thread, a persistent connection idle between
     requests is ended (the web server reconnects). Beyond the bound the job answers the
-    protocol's "overloaded" reply (``job.refuse_overloaded()``; a job without one is closed,
+    protocol's "overloaded" reply (``job.refuse_overloaded()``; a flup-style job is closed,
     as flup closes every connection past ``maxThreads``).
 
     With ``parking`` (the default where epoll exists), while ``serve()`` runs, a persistent
@@ -152,7 +160,7 @@ class ThreadedMode(AcceptLoop):
         parked = self.parked
         if parked is not None and not parked.open:
             parked = None
-        tracked = _TrackedJob(job, client, self._active, self._idle_check, parked, self.pool)
+        tracked = _TrackedJob(job, client, self._active, self, parked, self.pool)
         self._active.add(tracked)
         if self.pool.add_job(tracked, queue_limit=self.max_queued):
             waiting = -self.pool.idle_count  # jobs in the queue with no thread for them
@@ -172,11 +180,7 @@ class ThreadedMode(AcceptLoop):
             logger.warning("all %d worker threads busy and %d connections queued: answering "
                            "'overloaded'", self.pool.max_threads, self.max_queued)
         self._refused += 1
-        refuse = getattr(job, "refuse_overloaded", None)
-        if refuse is not None:
-            refuse()
-        else:
-            client.close()
+        job.refuse_overloaded()
 
     def _hand_off(self, tracked):
         """A parked connection the web server sent a request on, with no worker about to take
@@ -186,11 +190,6 @@ class ThreadedMode(AcceptLoop):
         if not self.pool.add_job(tracked):
             self._active.discard(tracked)
             tracked.close_parked()  # the pool stops
-
-    def _idle_check(self):
-        """A persistent connection going idle ends instead when the mode stops or when a
-        queued connection waits for a thread."""
-        return not self.keep_going or self.pool.idle_count < 0
 
     def _end_idle_jobs(self, limit=None):
         """End the wait of up to ``limit`` idle persistent connections, to free threads for
@@ -203,7 +202,7 @@ class ThreadedMode(AcceptLoop):
                 ended += 1
         return ended
 
-    def shutdown(self, timeout=JOB_GRACE):
+    def shutdown(self, timeout=THREAD_JOB_GRACE):
         """Stop the loop if it still runs (so another thread can end run()), then stop the
         pool, waiting at most ``timeout`` seconds for in-flight jobs. Persistent connections
         idle between requests, now or once their request ends, are closed at once: the web

@@ -9,13 +9,12 @@ import sys
 import threading
 import time
 
-__all__ = ["SHUTDOWN_GRACE", "ThreadPool"]
+from flupfast.limits import THREAD_POOL_SHUTDOWN_GRACE
+
+__all__ = ["ThreadPool"]
 
 logger = logging.getLogger("flupfast")
 
-# How long shutdown() waits for busy workers: long enough for an in-flight request to finish,
-# short enough that a kept-alive connection cannot hold the process forever (flup waits forever).
-SHUTDOWN_GRACE = 5.0
 
 
 class ThreadPool:
@@ -137,7 +136,7 @@ class ThreadPool:
         except Exception:
             logger.exception("unhandled exception in job %r", job)
 
-    def shutdown(self, timeout=SHUTDOWN_GRACE, waited=0.0):
+    def shutdown(self, timeout=THREAD_POOL_SHUTDOWN_GRACE, waited=0.0):
         """Stop the workers: idle ones exit now, busy ones after their job. Join them for at
         most ``timeout`` seconds in all (None: forever; flup always waits forever; ``waited``:
         seconds the caller already waited, for the log). Jobs still

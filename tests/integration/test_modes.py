@@ -35,15 +35,17 @@ SERVER = textwrap.dedent("""
     import json, os, signal, sys, threading, time
     sys.path.insert(0, %(root)r)
     mode, path, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    import flupfast.serving.prefork as prefork
+    import flupfast.serving.prefork.arbiter as prefork
     for name, value in options.pop("constants", {}).items():
         setattr(prefork, name, value)  # shorten the shutdown grace for the escalation test
     from flupfast.serving.listen import bind_listen_socket
 
-    class LineJob:
+    from flupfast.serving.job import Job
+
+    class LineJob(Job):
         # One request per line: "<seconds>" sleeps, "ignore-int <seconds>" sleeps with
-        # SIGINT ignored. Stops at EOF or after max_requests (set by the prefork child).
-        max_requests = None
+        # SIGINT ignored. Stops at EOF or after max_requests (set by the prefork child: the
+        # job contract of flupfast/serving/job.py).
 
         def __init__(self, sock, addr):
             self.sock = sock
@@ -356,7 +358,7 @@ def test_prefork_killed_child_is_replaced(start):
 
 
 def test_prefork_shutdown_interrupts_busy_child(start):
-    server = start("prefork", maxSpare=1, constants={"DRAIN_GRACE": 0.5})
+    server = start("prefork", maxSpare=1, constants={"FORK_DRAIN_GRACE": 0.5})
     reply = []
     client = threading.Thread(target=lambda: reply.append(server.request(30)))
     client.start()
@@ -373,7 +375,7 @@ def test_prefork_shutdown_escalates_to_kill(start):
     # The job ignores SIGINT; with the grace shortened, SIGTERM then ends it (flup's SIGKILL
     # after 10 s never fires: it waits for the job however long it takes).
     server = start("prefork", maxSpare=1,
-                   constants={"DRAIN_GRACE": 0.5, "SHUTDOWN_GRACE": 0.5, "TERM_GRACE": 0.5})
+                   constants={"FORK_DRAIN_GRACE": 0.5, "FORK_INTERRUPT_GRACE": 0.5, "FORK_TERM_GRACE": 0.5})
     client = threading.Thread(target=lambda: server.request("ignore-int 30"))
     client.start()
     assert eventually(lambda: len(server.children()) == 2)

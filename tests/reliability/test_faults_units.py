@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from flupfast.connection import TimeoutException, request_deadline
+from flupfast.deadline import TimeoutException, request_deadline
 from flupfast.serving.threaded import ThreadedMode
+from flupfast.serving.job import WAIT, Job
 from flupfast.serving.threadpool import ThreadPool
 from tests.reliability.fault_harness import eventually
 
@@ -62,14 +63,12 @@ def test_queue_limit_bounds_jobs_waiting_for_a_thread(pool):
     assert eventually(lambda: all(job.ran for job in queued))
 
 
-class FakeConnection:
+class FakeConnection(Job):
     """A persistent-connection job: serves ``requests`` then waits idle, as FastCGI KEEP_CONN
-    and AJP do, asking ``idle_check`` first; ``refuse_overloaded`` records the refusal."""
+    and AJP do, asking ``on_idle`` first; ``refuse_overloaded`` records the refusal."""
 
     def __init__(self, sock, addr, log):
         self.sock = sock
-        self.idle = False
-        self.idle_check = None
         self.log = log
         self.refused = False
         self.served = 0
@@ -84,10 +83,11 @@ class FakeConnection:
             self.sock.sendall(b"ok\n")
             self.served += 1
             self.idle = True
-            if self.idle_check is not None and self.idle_check():
+            if self.on_idle(self, False) is not WAIT:
                 self.log.append(("ended-idle", self))
                 break
         self.sock.close()
+        return self.served
 
     def refuse_overloaded(self):
         self.refused = True
@@ -265,7 +265,7 @@ def test_no_stray_timeout_after_requests_that_end_at_their_deadline():
 
 # -- the prefork parent's overloaded answer (OverloadGuard), without fork ----------------------
 
-class RefusingJob:
+class RefusingJob(Job):
     """A job the parent only ever asks to refuse: it waits for ``release``, then answers."""
 
     def __init__(self, sock, addr, release):
@@ -403,8 +403,8 @@ def test_overload_guard_refuses_after_the_wait_and_forks_only_when_done(exhauste
 
 def test_overload_guard_bounds_its_answers_and_closes_jobs_without_refusal(
         exhausted_pool, monkeypatch):
-    from flupfast.serving import prefork
-    monkeypatch.setattr(prefork, "MAX_OVERLOAD_ANSWERS", 2)
+    from flupfast.serving.prefork import overload
+    monkeypatch.setattr(overload, "MAX_OVERLOAD_ANSWERS", 2)
     release = threading.Event()
     mode, listener, selector, address = exhausted_pool(RefusingJob, (release,), wait=0)
     guard = mode._overload

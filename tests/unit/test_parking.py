@@ -14,6 +14,7 @@ import pytest
 
 from flupfast import _impl
 from flupfast.serving import parking
+from flupfast.serving.job import Job
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
@@ -254,9 +255,7 @@ def test_a_job_that_cannot_park_bypasses_the_parked_set():
     parked set after the job (the last one running would linger there 20 ms, counted busy)."""
     from flupfast.serving.threaded import _TrackedJob
 
-    class NeverParks:
-        park = None      # as every Connection has (set by the mode for one that can park)
-        parked = False
+    class NeverParks(Job):
         ran = False
 
         def run(self):
@@ -271,11 +270,11 @@ def test_a_job_that_cannot_park_bypasses_the_parked_set():
     try:
         job = NeverParks()
         active = set()
-        tracked = _TrackedJob(job, ours, active, None, parked=Recording(), pool=None)
+        tracked = _TrackedJob(job, ours, active, mode=None, parked=Recording(), pool=None)
         active.add(tracked)
         assert tracked.run() == 1
         assert job.ran and not active
-        assert job.park is None
+        assert tracked._parked is None  # never to be told PARK
     finally:
         ours.close()
         peer.close()

@@ -1,5 +1,6 @@
 """The prefork pool policy as a pure function (no fork), the child loop over socketpairs, and
 the flup facade's argument checks."""
+import os
 import random
 import socket
 import threading
@@ -356,7 +357,7 @@ def test_parent_reads_board_and_falls_back_to_status_bytes():
 def _tended_pool(monkeypatch, children, max_children):
     """A PreforkMode (min_spare 1, max_spare 2) with ``children`` idle children, a clock the
     test moves (``now[0]``), retirements recorded and no spawn allowed: (mode, now, retired)."""
-    from flupfast.serving import prefork
+    from flupfast.serving.prefork import arbiter as prefork
     from flupfast.serving.prefork import ChildRecord, PreforkMode
     now = [1000.0]
     monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
@@ -370,13 +371,13 @@ def _tended_pool(monkeypatch, children, max_children):
 
 def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeypatch):
     """Under load the idle count swings past maxSpare between requests: the parent retires
-    the extras only when the excess has lasted RETIRE_DELAY, not at the first sight of it
+    the extras only when the excess has lasted FORK_RETIRE_DELAY, not at the first sight of it
     (retiring at once and forking again a moment later churned the pool)."""
-    from flupfast.serving.prefork import RETIRE_DELAY
+    from flupfast.limits import FORK_RETIRE_DELAY
     mode, now, retired = _tended_pool(monkeypatch, 5, max_children=6)  # 5 idle, max 2
 
     mode._tend_pool(None)  # the excess is first seen: nothing yet
-    now[0] += RETIRE_DELAY / 2
+    now[0] += FORK_RETIRE_DELAY / 2
     mode._tend_pool(None)
     assert retired == []
     # A request takes children: the excess ends, and its clock with it.
@@ -385,12 +386,12 @@ def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeyp
     mode._tend_pool(None)
     for pid in (1, 2, 3):
         mode.children[pid].state = IDLE
-    now[0] += RETIRE_DELAY * 0.9
+    now[0] += FORK_RETIRE_DELAY * 0.9
     mode._tend_pool(None)  # a new excess: its own clock starts
-    now[0] += RETIRE_DELAY * 0.9
+    now[0] += FORK_RETIRE_DELAY * 0.9
     mode._tend_pool(None)
     assert retired == []
-    now[0] += RETIRE_DELAY * 0.2
+    now[0] += FORK_RETIRE_DELAY * 0.2
     mode._tend_pool(None)
     assert sorted(retired) == [3, 4, 5]  # the extras above maxSpare, highest pids
 
@@ -398,28 +399,58 @@ def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeyp
 def test_only_the_children_idle_through_the_whole_delay_retire(monkeypatch):
     """An idle count swinging above maxSpare retires the fewest extras seen over the delay,
     not the count of its last moment: children idle for only part of it were working."""
-    from flupfast.serving.prefork import RETIRE_DELAY
+    from flupfast.limits import FORK_RETIRE_DELAY
     mode, now, retired = _tended_pool(monkeypatch, 7, max_children=8)  # 7 idle: 5 extra
 
     mode._tend_pool(None)
-    now[0] += RETIRE_DELAY / 2
+    now[0] += FORK_RETIRE_DELAY / 2
     for pid in (1, 2, 3, 4):  # busy a while: 3 idle, one above maxSpare
         mode.children[pid].state = BUSY
     mode._tend_pool(None)
     for pid in (1, 2, 3, 4):
         mode.children[pid].state = IDLE
-    now[0] += RETIRE_DELAY / 2
+    now[0] += FORK_RETIRE_DELAY / 2
     mode._tend_pool(None)
     assert retired == [7]
 
 
 def test_the_parent_watches_the_scoreboard_while_an_excess_waits(monkeypatch):
     """Children wake the parent only when the idle count crosses a bound; while an excess
-    waits out RETIRE_DELAY the parent looks every EXCESS_CHECK, so a dip back is seen."""
-    from flupfast.serving.prefork import EXCESS_CHECK, RETIRE_DELAY
+    waits out FORK_RETIRE_DELAY the parent looks every EXCESS_CHECK, so a dip back is seen."""
+    from flupfast.limits import FORK_RETIRE_DELAY
+    from flupfast.serving.prefork import EXCESS_CHECK
     mode, now, _ = _tended_pool(monkeypatch, 4, max_children=6)
     assert mode._excess_timeout(1.0) == 1.0  # no excess pending: the tick
     mode._tend_pool(None)
     assert mode._excess_timeout(1.0) == EXCESS_CHECK
-    now[0] += RETIRE_DELAY - EXCESS_CHECK / 2
+    now[0] += FORK_RETIRE_DELAY - EXCESS_CHECK / 2
     assert mode._excess_timeout(1.0) == pytest.approx(EXCESS_CHECK / 2)
+
+
+# -- the retire hysteresis as a pure function ---------------------------------------------------
+
+def test_retire_waits_out_the_delay_and_takes_the_fewest_extras_seen():
+    from flupfast.limits import FORK_RETIRE_DELAY
+    from flupfast.serving.prefork import retire_after_delay
+    retire, excess = retire_after_delay((7, 8, 9), None, 100.0)
+    assert retire == () and excess == (100.0, 3)
+    retire, excess = retire_after_delay((8,), excess, 100.5)  # a dip: one extra only
+    assert retire == () and excess == (100.0, 1)
+    retire, excess = retire_after_delay((7, 8, 9), excess, 100.0 + FORK_RETIRE_DELAY)
+    assert retire == (9,) and excess is None
+    assert retire_after_delay((), (100.0, 2), 200.0) == ((), None)  # the excess ended
+
+
+def test_importing_the_codecs_loads_nothing_of_the_serving_layer():
+    """The pure codecs stand alone: with FLUPFAST_SPEEDUPS=0, _impl must not load the prefork
+    child loop (the pure twin) until somebody asks for it."""
+    import subprocess
+    import sys
+    code = ("import sys, flupfast.protocols.fastcgi, flupfast.protocols.scgi, "
+            "flupfast.protocols.ajp, flupfast._impl as impl; "
+            "print(sorted(m for m in sys.modules if m.startswith('flupfast.serving'))); "
+            "impl.serve_child; print('flupfast.serving.prefork.child' in sys.modules)")
+    env = dict(os.environ, FLUPFAST_SPEEDUPS='0')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout.split('\n')
+    assert out[:2] == ['[]', 'True']

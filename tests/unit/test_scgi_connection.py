@@ -20,7 +20,7 @@ from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, e
                                           read_until_reset)
 
 
-use_backend = backend_fixture('decode_scgi_request', 'InputStream')
+use_backend = backend_fixture('decode_scgi_request', 'InputStream', 'open_scgi_body')
 
 
 class Harness(ConnectionHarness):

@@ -1,0 +1,582 @@
+"""One FastCGI connection from the web server (spec 3): its records, KEEP_CONN, GET_VALUES,
+ABORT_REQUEST and multiplexing; the request's STDOUT/STDERR streams and its lazy STDIN.
+
+The WSGI glue is gateway.py (through the server's ``handler``); the codec is
+protocols/fastcgi.py or its compiled twin; the socket plumbing is connection.Connection.
+"""
+import collections
+import logging
+import socket
+import sys
+import threading
+import time
+import traceback
+import weakref
+
+from flupfast import _impl
+from flupfast.body import ClientDisconnected, Spool
+from flupfast.connection import Connection, receive_buffer
+from flupfast.deadline import request_deadline
+from flupfast.gateway import is_peer_gone
+from flupfast.limits import DEFAULT_MAXWRITE, MAX_OPEN_REQUESTS
+from flupfast.output import OVERLOADED_CGI_RESPONSE, shutdown_quietly
+from flupfast.protocols import fastcgi as fcgi
+from flupfast.protocols.errors import ProtocolError
+from flupfast.serving.job import PARK, WAIT
+
+logger = logging.getLogger('flupfast')
+
+_INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
+
+# A record header of version 0, which a FastCGI peer must reject (spec 3.3: version 1):
+# nginx aborts the response ("upstream sent unsupported FastCGI protocol version: 0").
+_INVALID_RECORD_HEADER = bytes(fcgi.FCGI_HEADER_LEN)
+
+
+class StdoutStream:
+    """FCGI_STDOUT of one request (flup's ``OutputStream``): ``write`` frames bytes as records
+    and sends them; ``close`` ends the stream with an empty record if anything was written.
+    """
+
+    record_type = fcgi.FCGI_STDOUT
+
+    def __init__(self, conn, req):
+        self._conn = conn
+        # Weak: a strong reference back to the request would make a cycle per request.
+        self._req = weakref.ref(req)
+        self.dataWritten = False
+        self.closed = False
+
+    def write_parts(self, parts, hold=False):
+        req = self._req()
+        if req is None or req.aborted:
+            return  # the web server gave up on this request: nothing reads the bytes
+        buffers = []
+        for part in parts:
+            if part:
+                buffers += _impl.frame_stdout(req.requestId, part, self._conn.max_content,
+                                              self.record_type)
+        if buffers:
+            self.dataWritten = True
+            self._conn.send(buffers, hold and not self._conn.multiplexed)
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('utf-8')
+        self.write_parts((data,))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        self._conn.send([])
+
+    def end_buffers(self):
+        """The buffers that close the stream (empty if nothing was ever written)."""
+        if self.closed:
+            return []
+        self.closed = True
+        if not self.dataWritten:
+            return []
+        return [fcgi.encode_record(self.record_type, self._req().requestId)]
+
+    def close(self):
+        self._conn.send(self.end_buffers())
+
+
+class StderrStream(StdoutStream):
+    """FCGI_STDERR (``wsgi.errors``): held in memory until flushed or the request ends, as
+    flup's buffered stream; str is encoded UTF-8 as flup does.
+    """
+
+    record_type = fcgi.FCGI_STDERR
+
+    def __init__(self, conn, req):
+        super().__init__(conn, req)
+        self._held = []
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode('utf-8')
+        if data:
+            self._held.append(bytes(data))
+
+    def flush(self):
+        if self._held:
+            held, self._held = self._held, []
+            self.write_parts((b''.join(held),))
+
+    def end_buffers(self):
+        buffers = []
+        req = self._req()
+        if self._held and not req.aborted:
+            held, self._held = self._held, []
+            buffers = _impl.frame_stdout(req.requestId, b''.join(held),
+                                         self._conn.max_content, self.record_type)
+            self.dataWritten = True
+        return buffers + super().end_buffers()
+
+
+# request id -> the empty FCGI_STDOUT record and END_REQUEST (app status 0, REQUEST_COMPLETE)
+# that end a request with output and no stderr; web servers reuse a few small ids (nginx: 1).
+_completed = {}
+_COMPLETED_MAX_ID = 64
+
+
+def _completed_records(request_id):
+    records = _completed.get(request_id)
+    if records is None:
+        records = (fcgi.encode_record(fcgi.FCGI_STDOUT, request_id)
+                   + fcgi.encode_end_request(request_id, 0, fcgi.FCGI_REQUEST_COMPLETE))
+        if request_id <= _COMPLETED_MAX_ID:
+            _completed[request_id] = records
+    return records
+
+
+class FastCGIRequest:
+    """One FastCGI request (flup's ``fcgi_base.Request``; its attribute names are kept because
+    ``handler``/``error`` overrides use them): params, stdin, stdout, stderr, data.
+    """
+
+    def __init__(self, conn, inputStreamClass=None, timeout=None):
+        self._conn = conn
+        self.server = conn.server
+        self._timeout = timeout
+        self.requestId = None
+        self.role = None
+        self.flags = 0
+        self.aborted = False
+        self._started = False  # PARAMS complete: the handler runs or has run
+        self.params = {}
+        self.keep_conn = False
+        # Input not yet read by the app: deques filled by this thread, or, when multiplexed,
+        # spools filled by the connection's reading thread.
+        self._pending = conn.new_pending()
+        self._sources = []
+        self._ended = {fcgi.FCGI_STDIN: False, fcgi.FCGI_DATA: False}
+        self.stdin = conn.open_input(self, fcgi.FCGI_STDIN)
+        self._data = None
+        self.stdout = StdoutStream(conn, self)
+        self.stderr = StderrStream(conn, self)
+
+    @property
+    def data(self):
+        """FCGI_DATA, the FILTER role's second input; made on first use (rarely needed)."""
+        if self._data is None:
+            self._data = self._conn.open_input(self, fcgi.FCGI_DATA)
+        return self._data
+
+    @data.setter
+    def data(self, stream):
+        self._data = stream
+
+    def run(self):
+        """Run the handler, answer errors, end the request (flup fcgi_base.py:568-598)."""
+        try:
+            if self._timeout:
+                with request_deadline(self._timeout, self.stderr.write):
+                    protocol_status, app_status = self.server.handler(self)
+            else:  # the threaded servers' case: no watchdog to arm and disarm
+                protocol_status, app_status = self.server.handler(self)
+        except Exception:
+            if self.aborted or is_peer_gone(sys.exc_info()[1]):
+                # Nothing of an aborted request is sent (its ClientDisconnected included):
+                # the web server waits for END_REQUEST only.
+                protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
+            else:
+                traceback.print_exc(file=self.stderr)
+                self.stderr.flush()
+                if self.stdout.dataWritten:
+                    self._conn.truncate_request(self)
+                    return
+                self.server.error(self)
+                protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
+        self._end(app_status, protocol_status)
+
+    def _end(self, appStatus=0, protocolStatus=fcgi.FCGI_REQUEST_COMPLETE):
+        self._conn.end_request(self, appStatus, protocolStatus)
+
+
+class _StreamSource:
+    """``pull()`` for one input stream of a non-multiplexed request. ``detach`` at the end of
+    the request drops the references that would otherwise keep request, streams and
+    connection in a cycle only the garbage collector can free (a cost on every request).
+    """
+
+    __slots__ = ('_conn', '_req', '_stream_type')
+
+    def __init__(self, conn, req, stream_type):
+        self._conn = conn
+        self._req = req
+        self._stream_type = stream_type
+
+    def __call__(self):
+        if self._req is None:
+            return b''
+        return self._conn._pull(self._req, self._stream_type)
+
+    def detach(self):
+        self._conn = self._req = None
+
+
+def _stream_name(stream_type):
+    return 'STDIN' if stream_type == fcgi.FCGI_STDIN else 'DATA'
+
+
+def _aborted_message(stream_type):
+    return ('the web server aborted the request (FCGI_ABORT_REQUEST) before the end of '
+            'FCGI_%s' % _stream_name(stream_type))
+
+
+class FastCGIConnection(Connection):
+    """A FastCGI connection from the web server (spec 3): requests one after another in this
+    thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
+    """
+
+    def __init__(self, sock, addr, server, timeout=None):
+        super().__init__(sock, addr)
+        self.server = server
+        self.timeout = timeout
+        self.multiplexed = bool(getattr(server, 'multiplexed', False))
+        self.can_park = not self.multiplexed
+        maxwrite = getattr(server, 'maxwrite', DEFAULT_MAXWRITE)
+        # Record content: a multiple of 8 so only a stream's last record needs padding.
+        self.max_content = max(8, min(maxwrite - fcgi.FCGI_HEADER_LEN, 0xFFF8) & ~7)
+        self._parser = _impl.FastCGIParser()
+        self._events = collections.deque()
+        self._requests = {}
+        self._eof = False
+        self.max_requests = None  # set by a prefork child: retire after this many
+        self.served = 0
+        self.idle = False
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _read_events(self):
+        """Receive once and queue the events; returns False at EOF."""
+        # recv_some inlined: this runs once per request. The parser copies what it keeps.
+        buf, view = receive_buffer()
+        data = view[:self._sock.recv_into(buf)]
+        if not data:
+            self._eof = True
+            return False
+        self._events.extend(self._parser.feed(data))
+        return True
+
+    def new_pending(self):
+        if self.multiplexed:
+            return {fcgi.FCGI_STDIN: Spool(), fcgi.FCGI_DATA: Spool()}
+        return {fcgi.FCGI_STDIN: collections.deque(), fcgi.FCGI_DATA: collections.deque()}
+
+    def open_input(self, req, stream_type):
+        if self.multiplexed:
+            return _impl.InputStream(req._pending[stream_type].pull)
+        source = _StreamSource(self, req, stream_type)
+        req._sources.append(source)
+        return _impl.InputStream(source)
+
+    def _pull(self, req, stream_type):
+        """The next chunk of one of ``req``'s input streams; reads the socket only when the app
+        asks, handling whatever else arrives meanwhile (flup's lazy stdin).
+        """
+        pending = req._pending[stream_type]
+        while not pending:
+            if req._ended[stream_type]:
+                return b''
+            if req.aborted:
+                raise ClientDisconnected(_aborted_message(stream_type))
+            if not self._events and not self._read_events():
+                raise ClientDisconnected('the web server closed the connection before the '
+                                         'end of FCGI_%s' % _stream_name(stream_type))
+            ended = req._ended
+            while self._events and not pending and not ended[stream_type] and not req.aborted:
+                self._dispatch(self._events.popleft())
+        return pending.popleft()
+
+    # -- the connection loop -----------------------------------------------------------------
+
+    def run(self):
+        """Serve until the web server closes, a request without KEEP_CONN ends, or the
+        request budget (``max_requests``) is spent. Returns the number of requests served.
+        """
+        try:
+            self._serve()
+        except ProtocolError as exc:
+            logger.error('FastCGI protocol error from %s: %s; closing the connection',
+                         self._peer_name(), exc)
+        except ClientDisconnected:
+            pass
+        except OSError as exc:
+            if not is_peer_gone(exc):
+                logger.exception('FastCGI connection from %s failed', self._peer_name())
+        finally:
+            if not self.parked:
+                self._finish()
+        return self.served
+
+    def _peer_name(self):
+        if isinstance(self._addr, tuple) and len(self._addr) >= 2:
+            return '%s:%s' % self._addr[:2]
+        return self._addr or 'unix socket'
+
+    def _serve(self):
+        ready = self.parked  # back from the parked set: the socket is readable
+        self.parked = False
+        while not self.closed:
+            if not self._events:
+                # Between requests (KEEP_CONN) the mode may end or park the wait; a new
+                # connection is not idle: its first request is on the way.
+                if self.served > 0 and not self._requests and not ready:
+                    self.idle = True
+                    answer = self.on_idle(self, not self._parser.pending)
+                    if answer is not WAIT:
+                        self.idle = False
+                        self.parked = answer is PARK
+                        return
+                ready = False
+                try:
+                    if not self._read_events():
+                        return
+                finally:
+                    self.idle = False
+            while self._events and not self.closed:
+                self._dispatch(self._events.popleft())
+
+    def _answer_overloaded(self):
+        """FastCGI's refusal (spec 5.5): END_REQUEST with FCGI_OVERLOADED for the first
+        request. nginx and Apache ignore the protocol status and would show a 502 for a request
+        with no output, so a 503 response on STDOUT comes first."""
+        while True:
+            while not self._events:
+                if not self._read_events():
+                    return
+            record_type, request_id, payload = self._events.popleft()
+            if record_type == fcgi.FCGI_BEGIN_REQUEST:
+                break
+            if record_type == fcgi.FCGI_GET_VALUES:
+                self._on_get_values(payload)
+        self.send([fcgi.encode_record(fcgi.FCGI_STDOUT, request_id, OVERLOADED_CGI_RESPONSE),
+                   fcgi.encode_record(fcgi.FCGI_STDOUT, request_id),
+                   fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
+
+    def _finish(self):
+        for req in list(self._requests.values()):
+            if self.multiplexed:
+                for spool in req._pending.values():
+                    spool.abort()
+        if self.multiplexed:
+            for req in list(self._requests.values()):
+                thread = getattr(req, '_thread', None)
+                if thread is not None:
+                    thread.join()
+                self._release_spools(req)  # also when the request's thread died unended
+        self.close()
+
+    @staticmethod
+    def _release_spools(req):
+        for spool in req._pending.values():
+            spool.close()
+
+    def _dispatch(self, event):
+        record_type, request_id, payload = event
+        if record_type == fcgi.FCGI_STDIN or record_type == fcgi.FCGI_DATA:
+            req = self._requests.get(request_id)
+            if req is None or req._ended[record_type]:
+                return  # spec 3.3: records for inactive requests are ignored
+            if self.multiplexed:
+                spool = req._pending[record_type]
+                if payload:
+                    spool.push(payload)
+                else:
+                    req._ended[record_type] = True
+                    spool.end()
+            elif payload:
+                req._pending[record_type].append(payload)
+            else:
+                req._ended[record_type] = True
+        elif record_type == fcgi.FCGI_PARAMS:
+            self._on_params(request_id, payload)
+        elif record_type == fcgi.FCGI_BEGIN_REQUEST:
+            self._on_begin_request(request_id, payload)
+        elif record_type == fcgi.FCGI_ABORT_REQUEST:
+            req = self._requests.get(request_id)
+            if req is not None:
+                self._on_abort_request(req)
+        elif record_type == fcgi.FCGI_GET_VALUES:
+            self._on_get_values(payload)
+        elif request_id == fcgi.FCGI_NULL_REQUEST_ID:
+            # Spec 4.2: an unknown management record gets FCGI_UNKNOWN_TYPE.
+            logger.warning('FastCGI: unknown management record type %d from %s',
+                           record_type, self._peer_name())
+            self.send([fcgi.encode_unknown_type(record_type)])
+        else:
+            logger.warning('FastCGI: ignoring record of unknown type %d for request %d from %s',
+                           record_type, request_id, self._peer_name())
+
+    def _on_begin_request(self, request_id, payload):
+        role, flags = payload
+        if request_id in self._requests:
+            raise ProtocolError('BEGIN_REQUEST for request %d, which is already active'
+                                % request_id)
+        if self._requests and not self.multiplexed:
+            # flup fcgi_base.py:770: one request at a time unless multiplexed.
+            self.send([fcgi.encode_end_request(request_id, 0, fcgi.FCGI_CANT_MPX_CONN)])
+            return
+        if len(self._requests) >= MAX_OPEN_REQUESTS:
+            self.send([fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
+            return
+        req = self.server.request_class(self, None, self.timeout)
+        req.requestId = request_id
+        req.role = role
+        req.flags = flags
+        req.keep_conn = bool(flags & fcgi.FCGI_KEEP_CONN)
+        self._requests[request_id] = req
+
+    def _on_abort_request(self, req):
+        """Spec 5.4: answer END_REQUEST as soon as possible. The app cannot be interrupted,
+        but a read of its body waiting for STDIN is: it raises ClientDisconnected (the
+        request then ends at once); its later output is dropped (StdoutStream). A request
+        whose PARAMS have not all come yet has not started: it ends here
+        (``fastcgi-abort-request``)."""
+        req.aborted = True
+        if self.multiplexed:
+            for stream_type, spool in req._pending.items():
+                spool.abort(_aborted_message(stream_type))
+        if not req._started:
+            self.end_request(req)
+
+    def _on_params(self, request_id, params):
+        req = self._requests.get(request_id)
+        if req is None:
+            return
+        req.params = params
+        req._started = True
+        if not self.multiplexed:
+            req.run()
+            return
+        thread = threading.Thread(target=req.run, name='flupfast-fcgi-%d' % request_id,
+                                  daemon=True)
+        req._thread = thread
+        try:
+            thread.start()
+        except RuntimeError:
+            # flup means to answer OVERLOADED here but raises NameError (fcgi_base.py:894).
+            logger.error('FastCGI: cannot start a thread for request %d; answering OVERLOADED',
+                         request_id)
+            req._thread = None
+            self.end_request(req, 0, fcgi.FCGI_OVERLOADED)
+
+    def _on_get_values(self, names):
+        capability = getattr(self.server, 'capability', {})
+        answer = {}
+        for name in names:
+            # flup looks str keys up with bytes names, so it always answers empty.
+            if name in capability:
+                answer[name] = capability[name]
+        self.send([fcgi.encode_get_values_result(answer)])
+
+    # -- ending a request --------------------------------------------------------------------
+
+    def end_request(self, req, app_status=0, protocol_status=fcgi.FCGI_REQUEST_COMPLETE):
+        """Close STDOUT and STDERR, then END_REQUEST (spec 5.5: always in this order), all in
+        one send; then keep the connection, drain it, or close it.
+        """
+        stdout, stderr = req.stdout, req.stderr
+        if (app_status == 0 and protocol_status == fcgi.FCGI_REQUEST_COMPLETE
+                and type(stdout) is StdoutStream and type(stderr) is StderrStream
+                and stdout.dataWritten and not stdout.closed and not stderr.closed
+                and not stderr.dataWritten and not stderr._held):
+            # The usual end (output written, nothing on stderr): prebuilt bytes.
+            stdout.closed = stderr.closed = True
+            buffers = [_completed_records(req.requestId)]
+        else:
+            buffers = stdout.end_buffers() + stderr.end_buffers()
+            buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
+        if self.multiplexed:
+            # Inactive before END_REQUEST leaves: the web server may reuse the id at once, and
+            # the reading thread must not take its BEGIN_REQUEST for a duplicate.
+            self._requests.pop(req.requestId, None)
+        try:
+            self.send(buffers)
+        except OSError as exc:
+            # Closed meanwhile: the reading thread ends a multiplexed connection at EOF.
+            if not (is_peer_gone(exc) or self.closed):
+                raise
+            self._requests.pop(req.requestId, None)
+            if self.multiplexed:
+                self._release_spools(req)
+            self.close()
+            return
+        self.served += 1
+        if self.multiplexed:
+            self._end_multiplexed(req)
+            return
+        try:
+            if not req.keep_conn or (self.max_requests is not None
+                                     and self.served >= self.max_requests):
+                self._discard_queued_input(req)
+                if req._ended[fcgi.FCGI_STDIN] and not self._events and not self._parser.pending:
+                    self.close()  # nothing unread: a plain close sends FIN, not RST
+                else:
+                    self.linger_close()
+                return
+            # KEEP_CONN: the stream must be at its end before the next request's records.
+            # Its end usually came in the same receive as the request (a GET's empty STDIN):
+            # taking it from the queue saves the stream's drain -> pull -> dispatch round.
+            # After ABORT_REQUEST nothing more is due: later records for the id are ignored
+            # (spec 3.3), so there is nothing to drain.
+            self._discard_queued_input(req)
+            if req.aborted:
+                return
+            if not req._ended[fcgi.FCGI_STDIN]:
+                req.stdin.drain()
+            if req.role == fcgi.FCGI_FILTER and not req._ended[fcgi.FCGI_DATA]:
+                req.data.drain()
+        finally:
+            self._requests.pop(req.requestId, None)
+            for source in req._sources:
+                source.detach()
+
+    def truncate_request(self, req):
+        """The app failed after its response began: END_REQUEST would pass the part sent for
+        the whole response (nginx and Apache then end the client's response normally).
+        Instead the connection ends abruptly: a reset on TCP; on a Unix socket a close when
+        the web server asked for KEEP_CONN (it takes an early close for an error), else an
+        invalid record first. A multiplexed connection carries other requests: there, only
+        END_REQUEST's appStatus can say it (``truncated-response-signalled``)."""
+        if self.multiplexed:
+            self.end_request(req, 1)
+            return
+        self.served += 1
+        try:
+            self.end_abruptly(b'' if req.keep_conn else _INVALID_RECORD_HEADER,
+                              lambda deadline: self._discard_input(req, deadline))
+        finally:
+            self._requests.pop(req.requestId, None)
+            for source in req._sources:
+                source.detach()
+
+    def _discard_input(self, req, deadline):
+        """Read and drop the rest of ``req``'s STDIN until its end or ``deadline``."""
+        self._discard_queued_input(req)
+        while not req._ended[fcgi.FCGI_STDIN] and time.monotonic() < deadline:
+            self._pull(req, fcgi.FCGI_STDIN)
+
+    def _discard_queued_input(self, req):
+        """Take the request's input records already received (typically the empty STDIN that
+        came with the body), so that closing needs no lingering read."""
+        events = self._events
+        while events and events[0][1] == req.requestId and events[0][0] in _INPUT_TYPES:
+            record_type, _, payload = events.popleft()
+            if not payload:
+                req._ended[record_type] = True
+
+    def _end_multiplexed(self, req):
+        with self._send_lock:
+            self._requests.pop(req.requestId, None)
+            last = not self._requests
+        self._release_spools(req)
+        if last and not req.keep_conn:
+            # Wake the reading thread; it closes the socket once the reads stop.
+            shutdown_quietly(self._sock, socket.SHUT_RDWR)

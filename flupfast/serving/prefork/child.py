@@ -1,0 +1,194 @@
+"""The prefork child: its accept -> serve -> report loop (``serve_child``, the pure twin of
+_cython/prefork.pxi), its reports to the parent (status bytes, the scoreboard) and its side of
+the drain signal. It must not know the protocol, nor import _impl (which picks this loop).
+"""
+import logging
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+from flupfast.limits import ACCEPT_BACKOFF
+from flupfast.output import shutdown_quietly
+from flupfast.serving.job import END, WAIT
+from flupfast.serving.listen import (
+    ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_nodelay)
+from flupfast.serving.prefork.policy import STATUS_BUSY, STATUS_IDLE
+
+__all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "STATUS_BUSY", "STATUS_IDLE", "ChildBoard",
+           "ChildDrain", "notify_parent", "serve_child"]
+
+logger = logging.getLogger("flupfast")
+
+# Sent to the busy children when the parent stops: a child whose persistent connection (AJP,
+# FastCGI KEEP_CONN) waits idle for the web server's next request ends it at once, one in a
+# request ends the connection after it; then they exit, finding the parent gone. A real-time
+# signal, which apps leave alone (SIGUSR1/SIGUSR2 are often theirs).
+DRAIN_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else None
+# accept4() on Linux never passes the listening socket's O_NONBLOCK on (accept(2)).
+_ACCEPT_GIVES_BLOCKING = sys.platform.startswith("linux")
+
+# Sends to the parent must not raise SIGPIPE if the process has it at its default action.
+_SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+
+def notify_parent(parent_sock, status):
+    """Send a status byte to the parent. Returns False when the parent is gone (EPIPE)."""
+    while True:
+        try:
+            parent_sock.send(status, _SEND_FLAGS)
+            return True
+        except BlockingIOError:
+            # The parent is behind on reading; wait until it catches up (flup :364-366).
+            poller = select.poll()
+            poller.register(parent_sock, select.POLLOUT)
+            poller.poll()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+
+
+class ChildBoard:
+    """A child's place on the scoreboard: the shared ``buffer`` (an anonymous shared mmap),
+    its ``slot``, and the pool limits that say when the parent must be woken."""
+    __slots__ = ("buffer", "slot", "min_spare", "max_spare")
+
+    def __init__(self, buffer, slot, min_spare, max_spare):
+        self.buffer = buffer
+        self.slot = slot
+        self.min_spare = min_spare
+        self.max_spare = max_spare
+
+    def report(self, parent_sock, status):
+        """Mark this child ``status`` (STATUS_BUSY or STATUS_IDLE); tell the parent only when
+        the idle count now calls for a spawn (below min_spare) or a retirement (above
+        max_spare). Returns False when the parent is gone."""
+        buffer = self.buffer
+        buffer[self.slot] = status[0]
+        idle = buffer[:].count(STATUS_IDLE)
+        if idle < self.min_spare or idle > self.max_spare:
+            return notify_parent(parent_sock, status)
+        return True
+
+
+def _child_poller(listen_sock, parent_sock):
+    """What the child waits on. On Linux, epoll with EPOLLEXCLUSIVE on the shared listening
+    socket wakes one idle child per connection instead of all of them (the thundering herd
+    costs every child a wake-up and a failed accept per request)."""
+    exclusive = getattr(select, 'EPOLLEXCLUSIVE', 0)
+    if hasattr(select, 'epoll') and exclusive:
+        poller = select.epoll()
+        try:
+            poller.register(listen_sock, select.EPOLLIN | exclusive)
+        except OSError:  # kernels before 4.5
+            poller.register(listen_sock, select.EPOLLIN)
+        poller.register(parent_sock, select.EPOLLIN)
+        return poller
+    poller = select.poll()
+    poller.register(listen_sock, select.POLLIN)
+    poller.register(parent_sock, select.POLLIN)
+    return poller
+
+
+def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed,
+                max_requests=0, client_timeout=None, board=None):
+    """The child's loop: wait for a connection or word from the parent, accept, check the
+    allow-list, report busy, run the job, count its requests, report idle.
+
+    Returns when the parent closes its end (retire or shutdown), when the parent is gone, or
+    after ``max_requests`` requests (if positive). Requests are counted, not connections: flup
+    counts connections, so a kept-alive FastCGI connection served any number of requests. A
+    job (serving/job.py) is told how many requests it may still serve (``max_requests``;
+    None: unlimited); ``job.run()`` returns the number served.
+    ``client_timeout`` becomes the accepted socket's timeout (None: blocking).
+    ``board`` (a ChildBoard) reports through the scoreboard, waking the parent only when the
+    pool must change; without it every change is a status byte (flup's protocol). Either
+    way a gone parent ends the loop (its end of the socketpair polls readable at EOF).
+
+    Every input is explicit and per-iteration work is kept small: this is the hot loop, and
+    it is the one the compiled twin reimplements.
+    """
+    poller = _child_poller(listen_sock, parent_sock)
+    parent_fd = parent_sock.fileno()
+    accept = listen_sock.accept
+    tcp = is_tcp(listen_sock)
+    left = max_requests if max_requests > 0 else None
+    if board is not None:
+        report = board.report
+        report(parent_sock, STATUS_IDLE)
+    else:
+        report = notify_parent
+    while True:
+        for fd, _ in poller.poll():
+            if fd == parent_fd:
+                # Any activity from the parent (EOF) means: exit (flup :390-395).
+                return
+        try:
+            client, addr = accept()
+        except ACCEPT_RETRY_ERRORS:
+            continue  # another child won the race for this connection (flup :400-403)
+        except OSError as exc:
+            if exc.errno not in ACCEPT_EXHAUSTION_ERRNOS:
+                raise
+            logger.error("accept() failed in child %d: %s", os.getpid(), exc)
+            time.sleep(ACCEPT_BACKOFF)
+            continue
+        # Normalise blocking mode: the listening socket is non-blocking, and whether the
+        # accepted socket inherits that is OS-dependent (Linux: never; there a blocking
+        # socket that should stay so costs no ioctl).
+        if not (_ACCEPT_GIVES_BLOCKING and client_timeout is None
+                and client.gettimeout() is None):
+            client.settimeout(client_timeout)
+        if tcp:
+            set_nodelay(client)
+        # Checked before reporting busy, as flup (:409-411).
+        if not is_client_allowed(addr):
+            client.close()
+            continue
+        report(parent_sock, STATUS_BUSY)
+        job = job_class(client, addr, *job_args)
+        job.max_requests = left
+        try:
+            served = job.run()
+        except Exception:
+            logger.exception("unhandled exception in job %r", job)
+            client.close()
+            served = 1
+        if left is not None:
+            left -= served
+            if left <= 0:
+                return  # retire; the parent sees EOF and replaces us
+        if not report(parent_sock, STATUS_IDLE):
+            return  # parent gone
+
+
+class ChildDrain:
+    """A child's side of DRAIN_SIGNAL: the job it runs and that job's socket, so the handler
+    can end an idle persistent connection, and the flag a job checks before it goes idle."""
+
+    __slots__ = ("job", "client", "draining")
+
+    def __init__(self):
+        self.job = self.client = None
+        self.draining = False
+
+    def wrap(self, new_job):
+        """A job factory for serve_child: ``new_job``'s jobs, remembered and given
+        ``on_idle``."""
+        def make_job(client, addr, *args):
+            job = new_job(client, addr, *args)
+            self.job, self.client = job, client
+            job.on_idle = self.on_idle
+            return job
+        return make_job
+
+    def on_idle(self, job, parkable):
+        """Once draining, a persistent connection ends between requests; a new one serves
+        its first request."""
+        return END if self.draining and job.served > 0 else WAIT
+
+    def on_signal(self, signum, frame):
+        self.draining = True
+        job = self.job
+        if job is not None and job.idle:
+            shutdown_quietly(self.client, socket.SHUT_RD)  # its blocked read ends at once

@@ -1,0 +1,93 @@
+"""The job contract (flupfast/serving/job.py): every protocol's connection keeps it, a
+flup-style job class is wrapped once at the edge, and the modes ask nothing else of a job."""
+import ast
+import pathlib
+import socket
+
+import pytest
+
+from flupfast.ajp_connection import AJPConnection
+from flupfast.fastcgi_connection import FastCGIConnection
+from flupfast.scgi_connection import SCGIConnection
+from flupfast.serving import job as job_module
+from flupfast.serving.job import END, WAIT, FlupJob, Job, JobSource, job_factory
+from flupfast.serving.prefork import ChildDrain
+from flupfast.serving.single import SingleMode
+
+SERVING = pathlib.Path(job_module.__file__).parent
+
+
+@pytest.mark.parametrize('connection_class', [FastCGIConnection, SCGIConnection, AJPConnection])
+def test_every_connection_keeps_the_contract(connection_class):
+    assert issubclass(connection_class, Job)
+    assert job_factory(connection_class) is connection_class  # not wrapped: no cost
+
+
+class FlupStyle:
+    """A user's own jobClass as flup knows it: run() and nothing else."""
+
+    def __init__(self, sock, addr, tag):
+        self.sock = sock
+        self.tag = tag
+
+    def run(self):
+        self.sock.close()
+
+
+def test_a_flup_job_is_wrapped_once_and_counts_one_request():
+    ours, theirs = socket.socketpair()
+    with ours:
+        job = job_factory(FlupStyle)(theirs, None, 'x')
+        assert isinstance(job, FlupJob) and job.job.tag == 'x'
+        assert job.on_idle(job, True) is WAIT and not job.idle and not job.can_park
+        assert job.run() == 1
+        assert ours.recv(1) == b''
+
+
+def test_refusing_a_flup_job_closes_its_socket():
+    ours, theirs = socket.socketpair()
+    with ours:
+        job_factory(FlupStyle)(theirs, None, 'x').refuse_overloaded()
+        assert ours.recv(1) == b''
+
+
+def test_a_mode_keeps_the_job_class_as_given():
+    """flup's ``_jobClass`` reads back what was set; the mode builds jobs through the wrap."""
+    source = JobSource()
+    source.job_class = FlupStyle
+    assert source.job_class is FlupStyle and source.new_job is not FlupStyle
+    source.job_class = SCGIConnection
+    assert source.new_job is SCGIConnection
+
+
+class Served(Job):
+    def __init__(self, served):
+        self.served = served
+
+
+def test_single_mode_ends_an_idle_job_only_once_stopped():
+    mode = SingleMode(None)
+    mode.keep_going = True
+    assert mode._on_idle(Served(1), True) is WAIT
+    mode.keep_going = False
+    assert mode._on_idle(Served(0), False) is END
+
+
+def test_a_draining_child_ends_persistent_connections_not_new_ones():
+    drain = ChildDrain()
+    assert drain.on_idle(Served(3), False) is WAIT
+    drain.draining = True
+    assert drain.on_idle(Served(3), False) is END
+    assert drain.on_idle(Served(0), False) is WAIT  # its first request is on the way
+
+
+def test_no_mode_probes_a_job():
+    """Nothing in serving/ asks a job what it has (hasattr/getattr on a job): the contract
+    says what it has."""
+    for path in SERVING.glob('**/*.py'):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ('hasattr', 'getattr') and node.args
+                    and isinstance(node.args[0], ast.Name) and 'job' in node.args[0].id):
+                pytest.fail('%s:%d probes a job with %s' % (path, node.lineno, node.func.id))
