@@ -318,6 +318,11 @@ DIFFERENCES = [
         'the helpers are the codec\'s checks under flup\'s names'),
     # Reliability (docs/reliability.md): overload, shutdown and timeouts.
     Difference(
+        'threadpool-start-capped', 'threadpool.py:51-58',
+        'starts maxSpare threads at once, even when maxThreads is smaller',
+        'starts min(maxSpare, maxThreads) threads: maxThreads is never exceeded',
+        'maxThreads is the bound an operator sets to protect the machine'),
+    Difference(
         'threaded-pool-full', 'threadedserver.py:97-103',
         'closes every connection accepted while maxThreads threads are busy: the web server '
         'shows a 502 ("incomplete headers", "upstream prematurely closed")',

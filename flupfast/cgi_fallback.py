@@ -49,7 +49,7 @@ def cgi_params():
 
 def cgi_stdin(stdin=None, environ=None):
     """``wsgi.input`` of a plain CGI request: binary stdin, ending at CONTENT_LENGTH (flup's
-    is text-mode ``sys.stdin``, bug 3). Shared by the FastCGI CGI fallback and server.cgi."""
+    is text-mode ``sys.stdin``: cgi-server-bytes). Shared by the FastCGI CGI fallback and server.cgi."""
     if stdin is None:
         stdin = getattr(sys.stdin, 'buffer', sys.stdin)
     if environ is None:

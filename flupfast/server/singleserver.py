@@ -13,7 +13,7 @@ __all__ = ['SingleServer']
 
 
 class _ModeFacade(object):
-    """flup's de-facto mode API (inventory 1.5) over a ``flupfast.serving`` mode object.
+    """flup's de-facto mode API (connection-internals) over a ``flupfast.serving`` mode object.
 
     The flags live in the mode, so a subclass's ``_hupHandler``/``_intHandler`` that sets
     ``self._keepGoing = False`` stops the loop (and wakes it) exactly as flup's did.
@@ -148,7 +148,7 @@ class SingleServer(_AcceptLoopFacade):
     the thread that calls run()."""
 
     def __init__(self, jobClass=None, jobArgs=(), **kw):
-        # flup ignores unknown keyword arguments here (inventory 1.4); so do we.
+        # flup's singleserver takes **kw and ignores what it does not know; so do we.
         hooks = self._hookArgs()
         hooks['periodic'] = lambda: self._mainloopPeriodic()
         self._servingMode = SingleMode(jobClass, jobArgs, **hooks)

@@ -51,7 +51,7 @@ def is_tcp(sock):
 
 def set_nodelay(sock):
     """Disable Nagle on an accepted TCP socket: responses split across sends otherwise stall on
-    delayed ACKs (inventory 3.2-3.3). Errors (e.g. an AF_UNIX socket) are ignored."""
+    delayed ACKs (fastcgi-nagle, ajp-upload-speed). Errors (e.g. an AF_UNIX socket) are ignored."""
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError:
@@ -158,7 +158,7 @@ def inherited_listen_socket(fd=0):
     FCGI_LISTENSOCK_FILENO), or None when ``fd`` is closed, not a socket, or not listening.
 
     The returned socket wraps a duplicate of ``fd``: closing it leaves ``fd`` open. Never raises
-    for a non-socket (flup bug 2: ``socket.fromfd`` raises ENOTSOCK on Python >= 3.8 before its
+    for a non-socket (cgi-detection: ``socket.fromfd`` raises ENOTSOCK on Python >= 3.8 before its
     guarded ``getpeername``). The family is read from the socket itself, so Unix and TCP both
     work.
     """

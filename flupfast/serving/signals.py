@@ -16,7 +16,7 @@ class SignalPolicy:
 
     ``signal.set_wakeup_fd`` makes the C-level handler write a byte to our socket, so a loop
     blocked in select/poll wakes even though PEP 475 retries the call after the Python handler
-    ran (the cause of flup bug 7: its prefork parent ignored SIGTERM while idle).
+    ran (prefork-signals: flup's prefork parent ignored SIGTERM while idle).
     """
 
     def __init__(self):

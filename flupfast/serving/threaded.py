@@ -4,7 +4,7 @@ Owns the hand-off, the bounded queue when every thread is busy (and the "overloa
 beyond it), ending idle persistent connections when their threads are needed, and a bounded
 shutdown, and parking persistent connections idle between requests (serving/parking.py).
 It must not know the protocol (a job answers "overloaded" itself, and says when it parked),
-close the listening socket, or wait forever for a kept-alive connection (flup bug 28).
+close the listening socket, or wait forever for a kept-alive connection (threaded-stop-kept-connection).
 """
 import logging
 import socket

@@ -1,7 +1,8 @@
 """A thread pool that keeps between min_spare and max_spare idle workers (flup's ThreadPool).
 
 Owns worker threads and the job queue. It must not know what a job is beyond ``job.run()``,
-swallow a job's exception silently (flup bug 29), or block shutdown forever (flup bug 28).
+swallow a job's exception silently (threadpool-job-exceptions), or block shutdown forever
+(threaded-stop-kept-connection).
 """
 import collections
 import logging
@@ -22,7 +23,7 @@ class ThreadPool:
     ``max_spare``; the total is capped by ``max_threads`` (default: no limit).
 
     flup semantics (threadpool.py:44-153): ``max_threads = max(min_spare, max_threads)``; the
-    pool starts ``max_spare`` threads (never more than ``max_threads``: flup bug 29); a job
+    pool starts ``max_spare`` threads (never more than ``max_threads``: threadpool-start-capped); a job
     first tops idle threads up to ``min_spare``, then is queued if a thread is free or queuing
     is allowed; a worker whose job ends while ``max_spare`` others are free exits.
 

@@ -53,7 +53,7 @@ class PreforkMode(JobSource, LoopControl):
     after ``max_requests`` requests if that is positive.
 
     ``sock_timeout``: 0 (default) leaves accepted sockets blocking; above 0 it is their timeout
-    in seconds (flup's made the listening socket blocking instead: bug 9). The listening socket
+    in seconds (flup's made the listening socket blocking instead: prefork-sock-timeout). The listening socket
     is always made non-blocking: the children share it and race for each connection.
 
     With every child busy and ``max_children`` reached, connections wait in the listen queue;
@@ -65,7 +65,8 @@ class PreforkMode(JobSource, LoopControl):
     each child; default restores the handlers saved by ``install_signals``).
 
     Like flup's, ``run()`` in a child ends with ``SystemExit(0)``: code after ``run()`` does
-    not run in children, ``finally`` blocks around it do (flup bug 37, kept on purpose).
+    not run in children, ``finally`` blocks around it do (kept on purpose:
+    code after ``run()`` in a flup app expects to be the parent).
     """
 
     def __init__(self, job_class, job_args=(), *, min_spare=1, max_spare=5, max_children=50,

@@ -11,7 +11,7 @@ __all__ = ["BUSY", "IDLE", "EXITING", "STATUS_BUSY", "STATUS_IDLE", "SLOT_EMPTY"
            "retire_after_delay"]
 
 # Status bytes a child sends its parent (flup preforkserver.py:414, :426). They are bytes: flup
-# compared them with str, so every child looked idle and the pool never grew (flup bug 5).
+# compared them with str, so every child looked idle and the pool never grew (prefork-pool-growth).
 STATUS_BUSY = b"\x00"
 STATUS_IDLE = b"\xff"
 
