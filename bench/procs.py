@@ -205,3 +205,24 @@ def terminate(proc, waits, notes, who, orphans, poke=None):
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait(5)
     kill_orphans(family, notes, orphans)
+
+
+def tree_ctxt_switches(pids):
+    """(voluntary, involuntary) context switches of every thread of ``pids``, summed."""
+    vol = invol = 0
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            vol += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            invol += int(line.split()[1])
+            except OSError:
+                continue
+    return vol, invol

@@ -1,0 +1,47 @@
+"""Python-level calls of a server, counted deterministically: run as
+``python bench/servers/pycalls.py OUT -- [python -m flupfast's arguments]``, it counts every
+Python function call and every C function called from Python (``sys.setprofile`` in every
+thread) and, at each SIGUSR2, appends a snapshot {function: calls} as one JSON line to OUT, so
+that the difference of two snapshots / the requests between them is the calls per request
+(callgrind sees Python only as the interpreter's own functions). Thread and single mode only:
+a forked child inherits the counts but never writes them. Slow: never time it.
+"""
+import collections
+import json
+import os
+import runpy
+import signal
+import sys
+import threading
+
+
+def main():
+    out, args = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
+    counts = collections.Counter()
+    lock = threading.Lock()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            key = "%s:%d:%s" % (os.path.basename(code.co_filename), code.co_firstlineno,
+                                code.co_name)
+        elif event == "c_call":
+            key = "C:%s.%s" % (getattr(arg, "__module__", None) or
+                               type(getattr(arg, "__self__", None)).__name__, arg.__name__)
+        else:
+            return
+        counts[key] += 1  # Counter += under the GIL: one bytecode-level race at worst
+
+    def snapshot(signum, frame):
+        with lock, open(out, "a") as f:
+            f.write(json.dumps(dict(counts)) + "\n")
+
+    signal.signal(signal.SIGUSR2, snapshot)
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    sys.argv = ["flupfast"] + args
+    runpy.run_module("flupfast", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
