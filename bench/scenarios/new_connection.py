@@ -1,4 +1,4 @@
-"""Issue 17's profile of the path most sites use: a new backend connection per request
+"""A profile of the path most sites use: a new backend connection per request
 (nginx ``fastcgi_keep_conn off``, ``scgi_pass``, Apache without ``enablereuse``), flupfast
 compiled vs uWSGI, thread and fork mode, FastCGI and SCGI. Only noise-free counts: callgrind
 instructions per request (a life of N requests and one of 2N, every process counted),
@@ -27,7 +27,7 @@ from bench.procs import tree_ctxt_switches
 from bench.servers.server import Server
 from bench.servers.uwsgi import UWSGIServer, find_uwsgi
 
-# Issue 17's settings: flup-style pools for flupfast, uWSGI 1x16 threads or 8 processes.
+# The settings compared: flup-style pools for flupfast, uWSGI 1x16 threads or 8 processes.
 POOL_ARGS = {"thread": ["--min-spare", "4", "--max-spare", "16", "--max-threads", "64"],
              "fork": ["--min-spare", "2", "--max-spare", "4", "--max-children", "8"]}
 UWSGI_SETTINGS = {"thread": {"processes": 1, "threads": 16}, "fork": {"processes": 8}}
