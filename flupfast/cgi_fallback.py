@@ -6,9 +6,10 @@ import os
 import sys
 
 from flupfast import _impl
+from flupfast.output import PartsWriter
 
 
-class CGIOutput:
+class CGIOutput(PartsWriter):
     """The CGI response's stdout: bytes to ``sys.stdout.buffer``, flushed per write (flup's
     ``fcgi_base.StdoutWrapper``)."""
 
@@ -22,15 +23,6 @@ class CGIOutput:
                 self._file.write(part)
                 self.dataWritten = True
         self._file.flush()
-
-    def write(self, data):
-        if isinstance(data, str):
-            data = data.encode('latin-1')
-        self.write_parts((data,))
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
 
     def flush(self):
         self._file.flush()

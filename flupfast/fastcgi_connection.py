@@ -19,7 +19,7 @@ from flupfast.connection import Connection, receive_buffer
 from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import DEFAULT_MAXWRITE, MAX_OPEN_REQUESTS
-from flupfast.output import OVERLOADED_CGI_RESPONSE, shutdown_quietly
+from flupfast.output import OVERLOADED_CGI_RESPONSE, PartsWriter, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 from flupfast.serving.job import PARK, WAIT
@@ -33,12 +33,13 @@ _INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
 _INVALID_RECORD_HEADER = bytes(fcgi.FCGI_HEADER_LEN)
 
 
-class StdoutStream:
+class StdoutStream(PartsWriter):
     """FCGI_STDOUT of one request (flup's ``OutputStream``): ``write`` frames bytes as records
     and sends them; ``close`` ends the stream with an empty record if anything was written.
     """
 
     record_type = fcgi.FCGI_STDOUT
+    STR_ENCODING = 'utf-8'  # as flup's fcgi_base OutputStream
 
     def __init__(self, conn, req):
         self._conn = conn
@@ -59,15 +60,6 @@ class StdoutStream:
         if buffers:
             self.dataWritten = True
             self._conn.send(buffers, hold and not self._conn.multiplexed)
-
-    def write(self, data):
-        if isinstance(data, str):
-            data = data.encode('utf-8')
-        self.write_parts((data,))
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
 
     def flush(self):
         self._conn.send([])

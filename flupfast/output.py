@@ -37,6 +37,24 @@ OVERLOADED_CGI_RESPONSE = build_cgi_head(b'%d %s' % (OVERLOADED_STATUS, OVERLOAD
                                          OVERLOADED_HEADERS) + OVERLOADED_BODY
 
 
+class PartsWriter:
+    """The file-like ``write``/``writelines`` of the response streams (FastCGI's STDOUT, SCGI's
+    raw socket, plain CGI's stdout), once, over their ``write_parts(parts, hold=False)``.
+    ``STR_ENCODING`` is how each encodes a str, as flup's stream for that protocol does."""
+
+    __slots__ = ()
+    STR_ENCODING = 'latin-1'
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode(self.STR_ENCODING)
+        self.write_parts((data,))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+
 def send_buffers(sock, buffers):
     """Send every buffer in order with as few syscalls as possible (``sendmsg`` gathers up to
     MAX_IOVECS of them). Partial sends resume where the kernel stopped, by memoryview slicing,

@@ -14,7 +14,7 @@ from flupfast.body import ClientDisconnected
 from flupfast.connection import LoggedConnection
 from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
-from flupfast.output import OVERLOADED_CGI_RESPONSE, is_regular_file
+from flupfast.output import OVERLOADED_CGI_RESPONSE, PartsWriter, is_regular_file
 from flupfast.protocols.errors import SCGIError
 from flupfast.serving.job import WAIT
 
@@ -22,7 +22,7 @@ LoggerName = 'scgi-wsgi'
 _logger = logging.getLogger(LoggerName)
 
 
-class RawOutputStream:
+class RawOutputStream(PartsWriter):
     """A response written straight onto the connection's socket (SCGI; flup's
     ``StdoutWrapper`` over ``sock.makefile('wb')``): no framing, held parts coalesced into one
     send, and regular files handed to the kernel with ``sendfile``.
@@ -37,15 +37,6 @@ class RawOutputStream:
         if buffers:
             self.dataWritten = True
             self._conn.send(buffers, hold)
-
-    def write(self, data):
-        if isinstance(data, str):
-            data = data.encode('latin-1')
-        self.write_parts((data,))
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
 
     def flush(self):
         self._conn.send([])
