@@ -67,6 +67,7 @@ SHOWN_ELSEWHERE = {
     'flup-clients': 'tests/unit/test_clients.py',
     'connection-internals': 'compat/test_api_surface.py',
     'flup-adapters-strict': 'tests/unit/test_flup_adapters.py',
+    'threadpool-start-capped': 'tests/unit/test_threadpool.py',
     # Reliability (docs/reliability.md): shown against flupfast's processes under fault.
     'threaded-pool-full': 'tests/reliability/test_faults.py',
     'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',
