@@ -4,8 +4,9 @@
 
 Run from a checkout, pytest would put the checkout first on sys.path and test its flupfast/
 instead of the installed one (whose compiled part the checkout may lack). So this copies
-tests/, compat/ and pyproject.toml (the pytest settings) into a temporary directory, checks
-that flupfast now imports from site-packages, and runs ``python -m pytest`` there with
+tests/, compat/, pyproject.toml (the pytest settings), README.md and docs/ into a temporary
+directory, checks that flupfast now imports from site-packages, and runs ``python -m pytest``
+there with
 FLUPFAST_SPEEDUPS set to the first argument: with ``1``, a wheel without its compiled part
 cannot pass. cibuildwheel's test-command and tox use it; the default selection is the unit
 tests (the peer tests need nginx and Apache, which build images do not have).
@@ -17,7 +18,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COPIED = ("tests", "compat", "pyproject.toml")
+# The tests, their settings, and the documents some tests check against the code (README.md,
+# docs/: the security page's caps table, the recipes, the house rules on citations).
+COPIED = ("tests", "compat", "pyproject.toml", "README.md", "docs")
 DEFAULT_SELECTION = ["tests/unit", "tests/packaging", "compat"]
 USAGE = "usage: python tests/packaging/run_installed.py {0|1|auto} [pytest arguments...]"
 
