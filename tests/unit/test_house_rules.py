@@ -61,6 +61,10 @@ def test_comments_cite_nothing_outside_the_repository(top):
 def test_docs_cite_nothing_outside_the_repository():
     docs = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md")) + [
         ROOT / "bench" / "README.md"]
+    # The installed-package run (tests/packaging/run_installed.py) copies README.md and docs/
+    # but not bench/: check what is there, and never nothing.
+    docs = [p for p in docs if p.exists()]
+    assert len(docs) > 1
     found = ["%s:%d: %s" % (p.relative_to(ROOT).as_posix(), n, line)
              for p in docs for n, line in outside_citations(p.read_text(encoding="utf-8"))]
     assert not found, "\n".join(found)
