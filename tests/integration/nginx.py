@@ -140,24 +140,36 @@ def start_nginx(server, keep_conn=True, request_buffering=True, master_process=T
     return _run_nginx(front, conf, bind, (listen, target))
 
 
+def launch_nginx(root, conf, ports, name="nginx"):
+    """Write ``conf`` (a whole nginx.conf) to ``root`` and run nginx on it, in the foreground
+    with its error log there; returns the process once it listens on every port of
+    ``ports`` (stopped again if it never does). Stopping it later is the caller's business."""
+    conf_path = root / "nginx.conf"
+    conf_path.write_text(conf)
+    nginx = ManagedProcess(name, [NGINX, "-p", str(root), "-c", str(conf_path),
+                                  "-e", str(root / "error.log")],
+                           logs=[root / "error.log"], log_dir=root)
+    try:
+        for port in ports:
+            wait_until_connectable(("127.0.0.1", port), nginx)
+    except BaseException:
+        nginx.stop()
+        raise
+    return nginx
+
+
 def _run_nginx(front, conf, bind, proxy):
     """Start the server under test on ``bind``, the counting proxy (``proxy``: its listen
     and target addresses) and nginx with ``conf`` in ``front.workdir``; wait until nginx
     listens on both ports. On any failure what started is stopped."""
     root = front.workdir
-    conf_path = root / "nginx.conf"
-    conf_path.write_text(conf)
     try:
         front.processes.append(start_backend(front.server, root, bind,
                                              mode=front.options["mode"],
                                              protocol=front.protocol))
         front.counter = ConnCountingProxy(*proxy)
-        nginx = ManagedProcess(front.name, [NGINX, "-p", str(root), "-c", str(conf_path),
-                                            "-e", str(root / "error.log")],
-                               logs=[root / "error.log"], log_dir=root)
-        front.processes.insert(0, nginx)
-        wait_until_connectable(("127.0.0.1", front.port), nginx)
-        wait_until_connectable(("127.0.0.1", front.counted_port), nginx)
+        front.processes.insert(0, launch_nginx(root, conf, (front.port, front.counted_port),
+                                               front.name))
     except BaseException:
         front.stop()
         raise

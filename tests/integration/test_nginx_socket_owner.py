@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.integration.backend_process import free_port
+from tests.integration.nginx import launch_nginx
 from tests.integration.peers import (
     NGINX, REPO, IO_TIMEOUT, ManagedProcess, make_tempdir, nginx_config, remove_tempdir,
     require, require_root, tail, wait_until_connectable)
@@ -50,14 +51,8 @@ def serve_through_nginx(protocol, options):
             log_dir=root)
         processes.append(backend)
         wait_until_connectable(str(sock), backend)
-        conf = root / 'nginx.conf'
-        conf.write_text(nginx_config(root, HTTP.format(
-            port=port, pass_=PASS[protocol].format(sock=sock))))
-        nginx = ManagedProcess('nginx', [NGINX, '-p', str(root), '-c', str(conf),
-                                         '-e', str(root / 'error.log')],
-                               logs=[root / 'error.log'], log_dir=root)
-        processes.append(nginx)
-        wait_until_connectable(('127.0.0.1', port), nginx)
+        processes.append(launch_nginx(root, nginx_config(root, HTTP.format(
+            port=port, pass_=PASS[protocol].format(sock=sock))), [port]))
         conn = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
         conn.request('GET', '/')
         status = conn.getresponse().status

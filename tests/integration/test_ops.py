@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.integration.backend_process import free_port
+from tests.integration.nginx import launch_nginx
 from tests.integration.peers import (
     IO_TIMEOUT, NGINX, REPO, ManagedProcess, make_tempdir, nginx_config, remove_tempdir,
     require, require_root, wait_until_connectable)
@@ -52,12 +53,9 @@ class Stack:
             env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO), log_dir=self.root)
         self.processes.append(self.backend)
         wait_until_connectable(str(sock), self.backend)
-        conf = self.root / 'nginx.conf'
-        conf.write_text(nginx_config(self.root, HTTP.format(port=self.port, sock=sock)))
-        nginx = ManagedProcess('nginx', [NGINX, '-p', str(self.root), '-c', str(conf),
-                                         '-e', str(self.root / 'error.log')], log_dir=self.root)
-        self.processes.append(nginx)
-        wait_until_connectable(('127.0.0.1', self.port), nginx)
+        self.processes.append(launch_nginx(
+            self.root, nginx_config(self.root, HTTP.format(port=self.port, sock=sock)),
+            [self.port]))
 
     def get(self, path, headers=None):
         conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=IO_TIMEOUT)

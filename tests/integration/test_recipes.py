@@ -17,8 +17,9 @@ import sys
 import pytest
 
 from tests.integration.backend_process import free_port
+from tests.integration.nginx import launch_nginx, nginx_config
 from tests.integration.peers import (
-    APACHE, APACHE_BASE_CONF, APACHE_MODULES, IO_TIMEOUT, NGINX, NGINX_FRAME, REPO, ManagedProcess,
+    APACHE, APACHE_BASE_CONF, APACHE_MODULES, IO_TIMEOUT, NGINX, REPO, ManagedProcess,
     ServerSpec, fcgid_venv, make_tempdir, remove_tempdir, require, require_root, tail,
     wait_until_connectable)
 
@@ -95,11 +96,9 @@ class Recipe:
         http_block = self.paths(snippet(self.section, 'nginx'))
         if http_block.lstrip().startswith('location'):
             http_block = 'server {\n    listen 127.0.0.1:%d;\n%s}\n' % (self.port, http_block)
-        conf = self.root / 'nginx.conf'
-        conf.write_text(NGINX_FRAME.format(root=self.root, http=http_block, worker_connections=64,
-                                           master='on', user='user www-data www-data;'))
-        self._front([NGINX, '-p', str(self.root), '-c', str(conf), '-e',
-                     str(self.root / 'error.log')], self.root / 'error.log')
+        self.processes.insert(0, launch_nginx(
+            self.root, nginx_config(self.root, http_block, worker_connections=64), [self.port],
+            'front'))
 
     def start_apache(self, modules):
         require(APACHE, 'apache2')

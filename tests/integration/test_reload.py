@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.integration.backend_process import free_port
+from tests.integration.nginx import launch_nginx
 from tests.integration.peers import (
     REPO, ManagedProcess, make_tempdir, nginx_config, remove_tempdir,
     start_nginx, start_nginx_scgi, wait_until_connectable, NGINX, require, require_root)
@@ -191,15 +192,11 @@ def test_systemd_socket_activation_behind_nginx(server):
                                  env=server.environ(), cwd=str(REPO), log_dir=root)
         processes.append(backend)
         wait_until_connectable(('127.0.0.1', backend_port), backend)
-        conf = root / 'nginx.conf'
-        conf.write_text(nginx_config(root, (
+        processes.append(launch_nginx(root, nginx_config(root, (
             '    server {\n        listen 127.0.0.1:%d;\n        location / {\n'
             '            include /etc/nginx/fastcgi_params;\n'
-            '            fastcgi_pass 127.0.0.1:%d;\n        }\n    }\n') % (port, backend_port)))
-        nginx = ManagedProcess('nginx', [NGINX, '-p', str(root), '-c', str(conf),
-                                         '-e', str(root / 'error.log')], log_dir=root)
-        processes.append(nginx)
-        wait_until_connectable(('127.0.0.1', port), nginx)
+            '            fastcgi_pass 127.0.0.1:%d;\n        }\n    }\n') % (port, backend_port)),
+            [port]))
         import http.client
         conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
         conn.request('GET', '/')
