@@ -122,9 +122,10 @@ def make_app(args):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.secret is not None and args.protocol != 'ajp':
-        build_parser().error('--secret applies to ajp only')
+        parser.error('--secret applies to ajp only')
     try:
         body = read_body(args.data)
     except OSError as exc:
