@@ -373,8 +373,8 @@ class ThreadWorkers(_Board):
         for thread in threads:
             seen.setdefault(thread, now)
         if len(seen) > len(threads):
-            for thread in [t for t in seen if not t.is_alive()]:
-                del seen[thread]
+            for thread in [t for t in list(seen) if not t.is_alive()]:
+                seen.pop(thread, None)
         return threads
 
     def sample(self):
