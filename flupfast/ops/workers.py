@@ -31,20 +31,24 @@ URI_BYTES = 512        # REQUEST_URI with its query, enough to tell requests apa
 USER_BYTES = 32        # REMOTE_USER
 SCRIPT_BYTES = 256     # SCRIPT_FILENAME (or SCRIPT_NAME)
 
-# One shared slot (fork mode): written by the parent at spawn, by the child per request.
-#   0  pid, process start (epoch seconds)             parent, at spawn
-#   16 state byte                                     child, last
-#   24 request start (monotonic), content length,
-#      method, uri, user, script                      child, at request start
-#   24+BEGIN: requests, duration (us), cpu (%),
-#      memory (bytes), slow requests                  child, at request end
+# One shared slot (fork mode), each part written by one side at one moment:
+#   0  pid, process start (epoch seconds)                  the child, once
+#   16 state, request start (monotonic), content length,
+#      method, uri, user, script (struct's 's' cuts them)  the child, at request start
+#   END: requests, duration, cpu seconds (of the last)     the child, at request end (then
+#                                                          the state byte alone)
+#   SLOW: slow requests                                    the child's slow log watcher
+# A request pays for one pack of each of the two middle parts; what can be worked out when
+# the page is read (percentages, memory) is.
 _PROCESS = struct.Struct('=qd')
 _STATE_AT = _PROCESS.size
-_BEGIN_AT = 24
-_BEGIN = struct.Struct('=dq%ds%ds%ds%ds' % (METHOD_BYTES, URI_BYTES, USER_BYTES, SCRIPT_BYTES))
-_END_AT = _BEGIN_AT + _BEGIN.size
-_END = struct.Struct('=QQdQQ')
-SLOT_SIZE = (_END_AT + _END.size + 63) & ~63
+_BEGIN = struct.Struct('=B7xdq%ds%ds%ds%ds' % (METHOD_BYTES, URI_BYTES, USER_BYTES,
+                                               SCRIPT_BYTES))
+_END_AT = _STATE_AT + _BEGIN.size
+_END = struct.Struct('=Qdd')
+_SLOW_AT = _END_AT + _END.size
+_SLOW = struct.Struct('=Q')
+SLOT_SIZE = (_SLOW_AT + _SLOW.size + 63) & ~63
 # The pool's counters ahead of the slots, written by the fork parent only: requests and slow
 # requests of children already reaped, max active processes, max children reached, max
 # listen queue.
@@ -75,11 +79,13 @@ def listen_queue(sock):
     return _TCP_INFO_QUEUE.unpack_from(info, _TCP_INFO_QUEUE_AT)
 
 
-def _text(environ, name, size):
-    value = environ.get(name)
-    if not value:
-        return b''
-    return value.encode('latin-1', 'replace')[:size]
+_monotonic = time.monotonic
+_process_time = time.process_time
+_thread_time = time.thread_time
+
+
+def _cut(value, size):
+    return (value or '').encode()[:size]
 
 
 def _request_uri(environ):
@@ -91,21 +97,36 @@ def _request_uri(environ):
     return path + '?' + query if query else path
 
 
-def _content_length(environ):
+def _content_length(value):
     try:
-        return int(environ.get('CONTENT_LENGTH') or 0)
+        return int(value or 0)
     except ValueError:
         return 0
 
 
-def _memory():
-    """The process's peak resident size in bytes (PHP-FPM: the request's peak memory)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == 'darwin' else peak * 1024
+def peak_memory(pid):
+    """Process ``pid``'s peak resident size in bytes (VmHWM; PHP-FPM shows its request's
+    peak memory), read when the page is: nothing per request. 0 where it cannot be read."""
+    if pid == os.getpid():
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == 'darwin' else peak * 1024
+    try:
+        with open('/proc/%d/status' % pid, 'rb') as status:
+            for line in status:
+                if line.startswith(b'VmHWM:'):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _decode(raw):
-    return raw.rstrip(b'\0').decode('latin-1')
+    """A field cut at its size may end inside a character: shown replaced."""
+    return raw.rstrip(b'\0').decode('utf-8', 'replace')
+
+
+def _cpu_percent(cpu, duration):
+    return cpu * 100.0 / duration if duration > 0 else 0.0
 
 
 class _Counters:
@@ -133,6 +154,10 @@ class _Board:
         return listen_queue(self.listen_sock)
 
 
+_pack_begin = _BEGIN.pack_into
+_pack_end = _END.pack_into
+
+
 class PreforkWorkers(_Board):
     """Fork mode: ``max_children`` slots in an anonymous shared mapping made before the first
     fork. The arbiter calls ``prepare``/``reaped`` (parent) and ``attach`` (in the child)
@@ -146,6 +171,7 @@ class PreforkWorkers(_Board):
         self.memory = mmap.mmap(-1, HEADER_SIZE + SLOT_SIZE * max_children)
         self._offset = None     # in a child: its slot's offset
         self._requests = 0      # in a child: requests it has ended
+        self._started = 0.0     # in a child: its request's start (monotonic)
         self._reached = False   # the parent's "at max children" episode flag
 
     # -- the parent ----------------------------------------------------------------------
@@ -160,7 +186,8 @@ class PreforkWorkers(_Board):
     def reaped(self, slot):
         """Fold a gone child's counts into the pool's and free its slot."""
         offset = HEADER_SIZE + SLOT_SIZE * slot
-        requests, _, _, _, slow = _END.unpack_from(self.memory, offset + _END_AT)
+        requests = _END.unpack_from(self.memory, offset + _END_AT)[0]
+        slow = _SLOW.unpack_from(self.memory, offset + _SLOW_AT)[0]
         header = list(_HEADER.unpack_from(self.memory, 0))
         header[0] += requests
         header[1] += slow
@@ -200,35 +227,32 @@ class PreforkWorkers(_Board):
         offset = self._offset
         if offset is None:
             return None
-        memory = self.memory
-        _BEGIN.pack_into(memory, offset + _BEGIN_AT, time.monotonic(),
-                         _content_length(environ),
-                         _text(environ, 'REQUEST_METHOD', METHOD_BYTES),
-                         _request_uri(environ).encode('latin-1', 'replace')[:URI_BYTES],
-                         _text(environ, 'REMOTE_USER', USER_BYTES),
-                         _text(environ, 'SCRIPT_FILENAME', SCRIPT_BYTES))
-        memory[offset + _STATE_AT] = _RUNNING
-        return time.process_time()
+        get = environ.get
+        self._started = started = _monotonic()
+        # Native strings are latin-1 code points (PEP 3333): encode() never fails on them.
+        _pack_begin(self.memory, offset + _STATE_AT, _RUNNING, started,
+                    _content_length(get('CONTENT_LENGTH')),
+                    (get('REQUEST_METHOD') or '').encode(),
+                    (get('REQUEST_URI') or _request_uri(environ)).encode(),
+                    (get('REMOTE_USER') or '').encode(),
+                    (get('SCRIPT_FILENAME') or '').encode())
+        return _process_time()
 
     def end(self, cpu_start, response, failed):
         offset = self._offset
         if offset is None:
             return
         memory = self.memory
-        started = _BEGIN.unpack_from(memory, offset + _BEGIN_AT)[0]
-        duration = time.monotonic() - started
-        cpu = time.process_time() - cpu_start
         self._requests += 1
-        slow = self.slow_log.slow_requests if self.slow_log is not None else 0
-        _END.pack_into(memory, offset + _END_AT, self._requests, int(duration * 1e6),
-                       cpu * 100.0 / duration if duration > 0 else 0.0, _memory(), slow)
+        _pack_end(memory, offset + _END_AT, self._requests, _monotonic() - self._started,
+                  _process_time() - cpu_start)
         memory[offset + _STATE_AT] = _IDLE
 
     def on_slow(self, count):
         """The slow log's count in this child, written as soon as it changes."""
         offset = self._offset
         if offset is not None:
-            struct.pack_into('=Q', self.memory, offset + _END_AT + 32, count)
+            _SLOW.pack_into(self.memory, offset + _SLOW_AT, count)
 
     # -- readers -------------------------------------------------------------------------
 
@@ -245,11 +269,12 @@ class PreforkWorkers(_Board):
             if not state:
                 continue
             pid, started = _PROCESS.unpack_from(memory, offset)
-            begin = _BEGIN.unpack_from(memory, offset + _BEGIN_AT)
-            requests, duration, cpu, mem, slow = _END.unpack_from(memory, offset + _END_AT)
-            counters.slow += slow
+            begin = _BEGIN.unpack_from(memory, offset + _STATE_AT)[1:]
+            requests, duration, cpu = _END.unpack_from(memory, offset + _END_AT)
+            counters.slow += _SLOW.unpack_from(memory, offset + _SLOW_AT)[0]
             counters.accepted += requests
-            entry = _entry(pid, state, started, now, mono, begin, requests, duration, cpu, mem)
+            entry = _entry(pid, state, started, now, mono, begin, requests, duration, cpu,
+                           peak_memory(pid) if pid and state != _RUNNING else 0)
             if state == _RUNNING:
                 counters.accepted += 1  # counted when accepted, as PHP-FPM
                 counters.active += 1
@@ -264,7 +289,8 @@ class PreforkWorkers(_Board):
 
 def _entry(pid, state, started, now, mono, begin, requests, duration, cpu, memory):
     """One process entry in PHP-FPM's order and units: a running request's duration so far,
-    an idle worker's last request's; cpu and memory of the last request, 0 while running."""
+    an idle worker's last request's (microseconds); the last request's cpu (percent of one
+    CPU) and memory (bytes), 0 while one runs."""
     accepted, length, method, uri, user, script = begin
     running = state == _RUNNING
     return {
@@ -273,29 +299,29 @@ def _entry(pid, state, started, now, mono, begin, requests, duration, cpu, memor
         'start time': int(started),
         'start since': max(0, int(now - started)),
         'requests': requests,
-        'request duration': int((mono - accepted) * 1e6) if running else duration,
+        'request duration': int(((mono - accepted) if running else duration) * 1e6),
         'request method': _decode(method) or '-',
         'request uri': _decode(uri) or '-',
         'content length': length,
         'user': _decode(user) or '-',
         'script': _decode(script) or '-',
-        'last request cpu': 0.0 if running else cpu,
+        'last request cpu': 0.0 if running else _cpu_percent(cpu, duration),
         'last request memory': 0 if running else memory,
     }
 
 
 class _ThreadSlot:
     """One thread's record (thread and single mode); only its thread writes it."""
-    __slots__ = ('thread', 'started', 'state', 'requests', 'accepted', 'length', 'method',
-                 'uri', 'user', 'script', 'duration', 'cpu', 'memory')
+    __slots__ = ('thread', 'started', 'state', 'requests', 'accepted', 'request',
+                 'duration', 'cpu')
 
     def __init__(self, thread, started):
         self.thread = thread
         self.started = started
         self.state = _IDLE
-        self.requests = self.length = self.duration = self.memory = 0
-        self.accepted = self.cpu = 0.0
-        self.method = self.uri = self.user = self.script = b''
+        self.requests = 0
+        self.accepted = self.duration = self.cpu = 0.0
+        self.request = (None, None, None, None, None)  # method, uri, length, user, script
 
 
 class ThreadWorkers(_Board):
@@ -332,21 +358,18 @@ class ThreadWorkers(_Board):
             slot = self._local.slot
         except AttributeError:
             slot = self._slot()
-        slot.accepted = time.monotonic()
-        slot.length = _content_length(environ)
-        slot.method = _text(environ, 'REQUEST_METHOD', METHOD_BYTES)
-        slot.uri = _request_uri(environ).encode('latin-1', 'replace')[:URI_BYTES]
-        slot.user = _text(environ, 'REMOTE_USER', USER_BYTES)
-        slot.script = _text(environ, 'SCRIPT_FILENAME', SCRIPT_BYTES)
+        get = environ.get
+        # The strings themselves (immutable), cut to size when the page is read.
+        slot.request = (get('REQUEST_METHOD'), get('REQUEST_URI') or _request_uri(environ),
+                        get('CONTENT_LENGTH'), get('REMOTE_USER'), get('SCRIPT_FILENAME'))
+        slot.accepted = _monotonic()
         slot.state = _RUNNING
-        return time.thread_time()
+        return _thread_time()
 
     def end(self, cpu_start, response, failed):
         slot = self._local.slot
-        duration = time.monotonic() - slot.accepted
-        slot.duration = int(duration * 1e6)
-        slot.cpu = (time.thread_time() - cpu_start) * 100.0 / duration if duration > 0 else 0.0
-        slot.memory = _memory()
+        slot.duration = _monotonic() - slot.accepted
+        slot.cpu = _thread_time() - cpu_start
         slot.requests += 1
         slot.state = _IDLE
 
@@ -416,11 +439,14 @@ class ThreadWorkers(_Board):
                 counters.active += 1
             else:
                 counters.idle += 1
-            begin = (slot.accepted, slot.length, slot.method, slot.uri, slot.user, slot.script)
+            method, uri, length, user, script = slot.request
+            begin = (slot.accepted, _content_length(length), _cut(method, METHOD_BYTES),
+                     _cut(uri, URI_BYTES), _cut(user, USER_BYTES), _cut(script, SCRIPT_BYTES))
             # A thread's "pid" is its kernel id (the TID ``ps -L`` and ``top -H`` show).
             counters.processes.append(_entry(
                 thread.native_id or 0, slot.state, slot.started, now, mono, begin,
-                slot.requests, slot.duration, slot.cpu, slot.memory))
+                slot.requests, slot.duration, slot.cpu,
+                0 if slot.state == _RUNNING else peak_memory(os.getpid())))
         counters.slow = self.slow_log.slow_requests if self.slow_log is not None else 0
         counters.max_active = max(self._max_active, counters.active)
         counters.max_children_reached = self._reached

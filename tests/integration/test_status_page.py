@@ -98,6 +98,18 @@ def test_full_lists_one_process_per_worker(stack, mode):
                           for p in served if p['state'] == 'Idle')
 
 
+def test_replaced_children_keep_their_counts_and_leave_the_list(stack):
+    one = stack('fork', '--max-requests', '2')
+    sent = 10
+    for _ in range(sent):
+        assert one.get('/')[0] == 200
+    assert status_json(one)['accepted conn'] >= sent + 1  # the gone children's too
+    # Only live children are listed. The child that answers may leave right after (its
+    # second request): asked again, another answers.
+    assert wait_for(lambda: {p['pid'] for p in status_json(one, 'json&full')['processes']}
+                    <= children_of(one.backend.pid))
+
+
 @pytest.mark.parametrize('mode', ['thread', 'fork'])
 def test_slow_requests_come_from_the_slow_log(stack, mode):
     one = stack(mode, '--slow-log', '0.5')
