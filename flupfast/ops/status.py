@@ -215,6 +215,9 @@ def watch(board, listen_sock=None):
         others = list(current.observers)
     else:
         others = [current]
+    for old in others:
+        if isinstance(old, ThreadWorkers):
+            old.watching = False  # its sampler ends
     others = [o for o in others if not isinstance(o, (PreforkWorkers, ThreadWorkers))]
     board.slow_log = next((o for o in others if isinstance(o, SlowLog)), None)
     if board.slow_log is not None and isinstance(board, PreforkWorkers):
@@ -223,4 +226,6 @@ def watch(board, listen_sock=None):
     observers = others + [board]
     gateway.set_observer(observers[0] if len(observers) == 1 else Observers(observers))
     if isinstance(board, ThreadWorkers):
-        board.start_sampler()
+        board.watching = True
+        if board.pool is not None:  # thread mode; single mode has no thread of its own
+            board.start_sampler()

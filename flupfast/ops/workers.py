@@ -328,7 +328,8 @@ class ThreadWorkers(_Board):
     """Thread and single mode: a slot per thread that serves requests, found through a
     thread-local; ``pool`` (a ThreadPool, or None in single mode) lists the threads that
     have served nothing yet. ``start_sampler`` runs PHP-FPM's once-a-second maintenance look in
-    a daemon thread."""
+    a daemon thread while ``watching``; without it (single mode) the maxima are sampled when
+    the page is read."""
 
     def __init__(self, pool=None, max_workers=1, process_manager='dynamic'):
         super().__init__(process_manager)
@@ -344,6 +345,7 @@ class ThreadWorkers(_Board):
         self._reached = 0
         self._in_reached = False
         self._sampler = None
+        self.watching = False     # the sampler runs while this board watches requests
 
     def _slot(self):
         thread = threading.current_thread()
@@ -419,7 +421,7 @@ class ThreadWorkers(_Board):
         pid = os.getpid()
 
         def run():
-            while os.getpid() == pid:
+            while os.getpid() == pid and self.watching:
                 time.sleep(interval)
                 self.sample()
         self._sampler = threading.Thread(target=run, name='flupfast-status', daemon=True)

@@ -276,7 +276,7 @@ def test_watch_sits_beside_the_logs_and_replaces_an_earlier_board():
 
 
 def test_requests_reach_the_board_through_the_gateway():
-    board = ThreadWorkers(None)
+    board = ThreadWorkers(None)  # single mode: no sampler thread
     status.watch(board)
     try:
         def app(environ, start_response):
@@ -293,6 +293,24 @@ def test_requests_reach_the_board_through_the_gateway():
             gateway.run_application(app, dict(ENVIRON, **{'wsgi.input': io.BytesIO()}),
                                     Responder())
         assert board.snapshot().accepted == 3
+        assert not any(t.name == 'flupfast-status' and t.is_alive()
+                       for t in threading.enumerate())
+    finally:
+        gateway.set_observer(None)
+
+
+def test_a_new_board_ends_the_old_board_s_sampler():
+    class Pool:
+        _cond = threading.Lock()
+        _threads = set()
+    old, new = ThreadWorkers(Pool(), 4), ThreadWorkers(None)
+    try:
+        status.watch(old)
+        assert old.watching and old._sampler.is_alive()
+        status.watch(new)
+        assert not old.watching
+        old._sampler.join(3)
+        assert not old._sampler.is_alive()
     finally:
         gateway.set_observer(None)
 
