@@ -29,9 +29,10 @@ _STATE_NAMES = {_IDLE: IDLE, _RUNNING: RUNNING}
 METHOD_BYTES = 16      # the longest standard method is 7; extension methods are short
 URI_BYTES = 512        # REQUEST_URI with its query, enough to tell requests apart
 USER_BYTES = 32        # REMOTE_USER
-SCRIPT_BYTES = 256     # SCRIPT_FILENAME (or SCRIPT_NAME)
+SCRIPT_BYTES = 256     # SCRIPT_FILENAME
 
-# One shared slot (fork mode), each part written by one side at one moment:
+# One shared slot (fork mode), each part written by one side at one moment (the parent
+# clears the whole slot before the fork and after the child is reaped):
 #   0  pid, process start (epoch seconds)                  the child, once
 #   16 state, request start (monotonic), content length,
 #      method, uri, user, script (struct's 's' cuts them)  the child, at request start
