@@ -262,6 +262,9 @@ def build_parser():
                         '(PHP-FPM\'s ping.path)')
     parser.add_argument('--ping-response', metavar='TEXT', default='pong',
                         help='the body of the ping answer (default pong)')
+    parser.add_argument('--status-path', metavar='PATH', default=None,
+                        help='answer PHP-FPM\'s status page on PATH (e.g. /fpm-status; '
+                        '?json, ?xml, ?html, ?full) without the app (pm.status_path)')
     parser.add_argument('--access-log', metavar='FILE', default=None,
                         help='one line per request to FILE (- for stderr); a rotated file is '
                         'opened anew within a second')
@@ -287,6 +290,8 @@ def server_kwargs(args):
         if args.umask is not None and args.protocol == 'scgi':  # flup's AJP has no umask
             kwargs['umask'] = args.umask
         kwargs['loggingLevel'] = logging.getLevelName(args.log_level.upper())
+    if args.status_path is not None:
+        kwargs['statusPath'] = args.status_path
     if args.allowed_servers:
         kwargs['allowedServers'] = [a.strip() for a in args.allowed_servers.split(',')]
     options = {'minSpare': args.min_spare, 'maxSpare': args.max_spare}
@@ -311,8 +316,9 @@ def check_usage(args):
             raise UsageError('%s applies to --protocol %s only' % (option, ' or '.join(protocols)))
     if args.ajp_packet_size is not None and args.ajp_packet_size > 65536:
         raise UsageError('--ajp-packet-size must be 8192 to 65536, not %d' % args.ajp_packet_size)
-    if args.ping_path is not None and not args.ping_path.startswith('/'):
-        raise UsageError('--ping-path takes a path such as /ping, not %r' % args.ping_path)
+    for option, path in (('--ping-path', args.ping_path), ('--status-path', args.status_path)):
+        if path is not None and not path.startswith('/'):
+            raise UsageError('%s takes a path such as /ping, not %r' % (option, path))
     for option in ('socket_owner', 'socket_mode'):
         if getattr(args, option) is not None and not isinstance(args.bind, str):
             raise UsageError('--%s applies to a Unix socket (--bind unix:/path) only'

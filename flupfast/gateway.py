@@ -392,6 +392,11 @@ def set_observer(observer):
     _observer = observer
 
 
+def get_observer():
+    """The observer set_observer installed, or None."""
+    return _observer
+
+
 def run_application(application, environ, responder, app_lock=None):
     """Call the app and send its result through ``responder``; ``close()`` always called.
 

@@ -28,6 +28,7 @@ class SlowLog:
         self._in_flight = {}         # token -> [thread ident, start, method, uri, reported]
         self._lock = threading.Lock()
         self._watcher_pid = None
+        self.on_slow = None          # called with slow_requests when it grows (the status page)
 
     def begin(self, environ):
         if self._watcher_pid != os.getpid():
@@ -66,6 +67,8 @@ class SlowLog:
                 continue
             entry[4] = True
             self.slow_requests += 1
+            if self.on_slow is not None:
+                self.on_slow(self.slow_requests)
             if frames is None:
                 frames = sys._current_frames()
             frame = frames.get(ident)

@@ -6,6 +6,7 @@ logic here.
 """
 import signal
 
+from flupfast.ops import status
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.prefork import PreforkMode, notify_parent
 from flupfast.server.singleserver import _ModeFacade
@@ -46,6 +47,13 @@ class PreforkServer(_ModeFacade):
             jobClass, jobArgs, min_spare=minSpare, max_spare=maxSpare,
             max_children=max(maxSpare, maxChildren), max_requests=maxRequests,
             sock_timeout=sockTimeout, **hooks)
+
+    def _makeStatusBoard(self):
+        mode = self._servingMode
+        limits = mode.limits
+        mode.worker_slots = status.board_for('fork', limits.min_spare, limits.max_spare,
+                                             limits.max_children)
+        return mode.worker_slots
 
     def run(self, sock):
         """

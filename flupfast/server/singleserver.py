@@ -7,6 +7,7 @@ camelCase hooks and attributes onto them. No serving logic here.
 import signal
 
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
+from flupfast.ops import status
 from flupfast.serving.single import SingleMode
 
 __all__ = ['SingleServer']
@@ -64,13 +65,22 @@ class _ModeFacade(object):
     # for its running jobs).
     _shutdownAfterRun = False
 
+    # The status page's board (flupfast.ops.workers), when ``statusPath`` was given.
+    _statusBoard = None
+
     def _startMode(self, mode_server, job_class, job_args, kw, dropped=('jobClass', 'jobArgs')):
         """Build ``mode_server`` (the mode facade a protocol server derives from) to run
         ``job_class(sock, addr, *job_args)``; flup's keywords in ``dropped`` are ignored, as
-        flup ignores them."""
+        flup ignores them. ``statusPath`` (flupfast's addition, e.g. '/fpm-status') answers
+        PHP-FPM's status page there, before the application."""
         for key in dropped:
             kw.pop(key, None)
+        status_path = kw.pop('statusPath', None)
         mode_server.__init__(self, jobClass=job_class, jobArgs=job_args, **kw)
+        if status_path is not None:
+            self._statusBoard = self._makeStatusBoard()
+            self.application = status.StatusPage(self.application, status_path,
+                                                 self._statusBoard)
 
     def _runServer(self, mode_server):
         """A protocol server's run(): its protocol's front-end run (``_run_front``: socket,
@@ -91,6 +101,8 @@ class _ModeFacade(object):
         """flup's run() shape: reset flags, install handlers, loop, restore handlers."""
         mode = self._servingMode
         mode.reset()
+        if self._statusBoard is not None:
+            status.watch(self._statusBoard, args[0])
         self._installSignalHandlers()
         try:
             return mode.serve(*args)
@@ -152,6 +164,9 @@ class SingleServer(_AcceptLoopFacade):
         hooks = self._hookArgs()
         hooks['periodic'] = lambda: self._mainloopPeriodic()
         self._servingMode = SingleMode(jobClass, jobArgs, **hooks)
+
+    def _makeStatusBoard(self):
+        return status.board_for('single', 1, 1, 1)
 
     def run(self, sock, timeout=1.0):
         """

@@ -3,6 +3,7 @@
 A thin adapter over flupfast.serving.threaded (accept loop, pool hand-off, bounded shutdown);
 it maps flup's camelCase hooks and attributes only. No serving logic here.
 """
+from flupfast.ops import status
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server.singleserver import _AcceptLoopFacade
@@ -24,6 +25,11 @@ class ThreadedServer(_AcceptLoopFacade):
         hooks = self._hookArgs()
         hooks['periodic'] = lambda: self._mainloopPeriodic()
         self._servingMode = ThreadedMode(jobClass, jobArgs, pool=self._threadPool, **hooks)
+
+    def _makeStatusBoard(self):
+        pool = self._threadPool
+        return status.board_for('thread', pool.min_spare, pool.max_spare, pool.max_threads,
+                                pool)
 
     def run(self, sock, timeout=1.0):
         """

@@ -93,6 +93,9 @@ class PreforkMode(JobSource, LoopControl):
         self._excess = None          # retire_after_delay's state: (since, fewest) or None
         self._board = None           # the scoreboard (shared mmap) while serving
         self._child_board = None     # in a child: its ChildBoard
+        # The status page's per-child slots (flupfast.ops.workers.PreforkWorkers), indexed
+        # like the scoreboard, or None (no status page: no cost).
+        self.worker_slots = None
         self._overload = OverloadGuard(self)
 
     @property
@@ -203,6 +206,8 @@ class PreforkMode(JobSource, LoopControl):
 
     def _tend_pool(self, sock):
         self._read_board()
+        if self.worker_slots is not None:
+            self.worker_slots.sample()
         if self.purge_requested:
             self.purge_requested = False
             self._purge_pids = set(self.children)
@@ -284,6 +289,8 @@ class PreforkMode(JobSource, LoopControl):
             if child is None:
                 continue  # not one of ours (the front end may fork too)
             self._release(child)
+            if child.slot is not None and self.worker_slots is not None:
+                self.worker_slots.reaped(child.slot)
             child.slot = None  # free for the next child
             if self.keep_going and os.WIFSIGNALED(status):
                 logger.warning("child %d killed by signal %d", pid, os.WTERMSIG(status))
@@ -296,6 +303,8 @@ class PreforkMode(JobSource, LoopControl):
         slot = self._free_slot()
         if slot is not None:
             self._board[slot] = SLOT_UNREPORTED
+            if self.worker_slots is not None:
+                self.worker_slots.prepare(slot)
         parent_end, child_end = socket.socketpair()  # Python makes both close-on-exec
         parent_end.setblocking(False)
         child_end.setblocking(False)
@@ -319,6 +328,8 @@ class PreforkMode(JobSource, LoopControl):
             return True
         # In the child.
         self._in_child = True
+        if self.worker_slots is not None:
+            self.worker_slots.attach(slot)
         if slot is not None:
             limits = self.limits
             self._child_board = ChildBoard(self._board, slot, limits.min_spare,

@@ -1,0 +1,348 @@
+"""The status page without a server: PHP-FPM's four formats (names, order, layout, units), the
+query switches, the WSGI wrapper, the per-worker boards (fork slots in shared memory, thread
+slots) and their pool counters, the listen queue from TCP_INFO, and statusPath on every
+facade."""
+import importlib
+import io
+import json
+import re
+import socket
+import threading
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+import pytest
+
+from flupfast import gateway
+from flupfast.ops import Observers, status
+from flupfast.ops.slow_log import SlowLog
+from flupfast.ops.workers import PreforkWorkers, ThreadWorkers, listen_queue
+
+ENVIRON = {'REQUEST_METHOD': 'POST', 'REQUEST_URI': '/up?x="1"&y=<2>', 'CONTENT_LENGTH': '12',
+           'REMOTE_USER': 'ann', 'SCRIPT_FILENAME': '/srv/app.py', 'SCRIPT_NAME': '',
+           'PATH_INFO': '/up'}
+
+
+def sample(full=True):
+    board = ThreadWorkers(None, 1, 'static')
+    cpu = board.begin(ENVIRON)
+    board.end(cpu, None, False)
+    board.begin(ENVIRON)  # a second request, still running
+    fields, processes = status.pool_fields(board, 'www')
+    return fields, processes
+
+
+def test_text_layout_is_php_fpm_s():
+    fields, processes = sample()
+    text = status.render(fields, processes, 'text', full=True)
+    pool, _, rest = text.partition('\n************************\n')
+    lines = pool.splitlines()
+    assert [line[:22].rstrip().rstrip(':') for line in lines] == list(status.POOL_FIELDS)
+    assert all(line[21] == ' ' and line[22] != ' ' for line in lines)
+    assert lines[0] == 'pool:                 www'
+    assert lines[1] == 'process manager:      static'
+    assert re.match(r'start time:           \d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}$',
+                    lines[2])
+    proc = dict(line.split(':', 1) for line in rest.splitlines())
+    assert list(proc) == [('request URI' if n == 'request uri' else n)
+                          for n in status.PROCESS_FIELDS]
+    assert proc['state'].strip() == 'Running'
+    assert proc['request URI'].strip() == '/up?x="1"&y=<2>'
+    assert proc['requests'].strip() == '1'
+    assert proc['last request cpu'].strip() == '0.00'  # 0 while running, as PHP-FPM
+    assert '*****' not in status.render(fields, processes, 'text')
+
+
+def test_json_has_php_fpm_keys_in_order_and_escapes_strings():
+    fields, processes = sample()
+    short = json.loads(status.render(fields, processes, 'json'))
+    assert list(short) == list(status.POOL_FIELDS)
+    assert isinstance(short['start time'], int)  # epoch seconds in json and xml
+    body = status.render(fields, processes, 'json', full=True)
+    assert ', "processes":[{"pid":' in body and body.endswith('}]}')
+    full = json.loads(body)
+    assert list(full) == list(status.POOL_FIELDS) + ['processes']
+    entry = full['processes'][0]
+    assert list(entry) == list(status.PROCESS_FIELDS)
+    assert entry['request uri'] == '/up?x="1"&y=<2>'
+    assert entry['request method'] == 'POST' and entry['content length'] == 12
+    assert entry['user'] == 'ann' and entry['script'] == '/srv/app.py'
+    assert '"last request cpu":0.00' in body
+
+
+def test_xml_tags_are_the_names_with_dashes():
+    fields, processes = sample()
+    root = ET.fromstring(status.render(fields, processes, 'xml', full=True))
+    assert root.tag == 'status'
+    names = [child.tag for child in root]
+    assert names == [n.replace(' ', '-') for n in status.POOL_FIELDS] + ['processes']
+    process = root.find('processes/process')
+    assert [c.tag for c in process] == [n.replace(' ', '-') for n in status.PROCESS_FIELDS]
+    assert process.find('request-uri').text == '/up?x="1"&y=<2>'
+    assert ET.fromstring(status.render(fields, processes, 'xml')).find('processes') is None
+
+
+class Tables(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tables, self.cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == 'table':
+            self.tables.append([])
+        elif tag == 'tr':
+            self.tables[-1].append([])
+        elif tag in ('th', 'td'):
+            self.cell = ''
+
+    def handle_endtag(self, tag):
+        if tag in ('th', 'td'):
+            self.tables[-1][-1].append(self.cell)
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def test_html_has_the_pool_table_and_the_process_table():
+    fields, processes = sample()
+    page = Tables()
+    page.feed(status.render(fields, processes, 'html', full=True))
+    pool, procs = page.tables
+    assert [row[0] for row in pool] == list(status.POOL_FIELDS)
+    assert procs[0] == list(status.PROCESS_FIELDS)
+    assert procs[1][status.PROCESS_FIELDS.index('request uri')] == '/up?x="1"&y=<2>'
+    short = Tables()
+    short.feed(status.render(fields, processes, 'html'))
+    assert len(short.tables) == 1
+
+
+@pytest.mark.parametrize('query, expected', [
+    ('', ('text', False)), ('full', ('text', True)), ('json', ('json', False)),
+    ('json&full', ('json', True)), ('full&xml', ('xml', True)), ('html', ('html', False)),
+    ('json&html', ('html', False)), ('xml&json', ('xml', False)), ('other=1', ('text', False)),
+])
+def test_query_switches(query, expected):
+    assert status.parse_query(query) == expected
+
+
+def call(app, environ):
+    answer = {}
+
+    def start_response(status_line, headers):
+        answer['status'], answer['headers'] = status_line, dict(headers)
+    body = b''.join(app(environ, start_response))
+    return answer.get('status'), answer.get('headers'), body
+
+
+def test_the_page_answers_only_its_path_before_the_app():
+    def app(environ, start_response):
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        return [b'app']
+    page = status.StatusPage(app, '/fpm-status', ThreadWorkers(None))
+    assert call(page, {'SCRIPT_NAME': '', 'PATH_INFO': '/other'})[2] == b'app'
+    for query, ctype in (('', 'text/plain'), ('json', 'application/json'),
+                         ('xml', 'text/xml'), ('html', 'text/html')):
+        code, headers, body = call(page, {'SCRIPT_NAME': '/fpm-status', 'PATH_INFO': '',
+                                          'QUERY_STRING': query, 'REQUEST_METHOD': 'GET'})
+        assert code == '200 OK' and headers['Content-Type'] == ctype
+        assert headers['Cache-Control'].startswith('no-cache')
+        assert int(headers['Content-Length']) == len(body) and b'accepted conn' in \
+            body.replace(b'-', b' ')
+    code, headers, body = call(page, {'PATH_INFO': '/fpm-status', 'REQUEST_METHOD': 'HEAD'})
+    assert body == b'' and int(headers['Content-Length']) > 0
+    with pytest.raises(ValueError):
+        status.StatusPage(app, 'fpm-status', ThreadWorkers(None))
+
+
+def test_prefork_slots_count_requests_across_children_and_reaping():
+    board = PreforkWorkers(max_children=3, min_spare=1)
+    for slot in range(3):
+        board.prepare(slot)
+    board.attach(0)  # what a child does after the fork
+    for _ in range(4):
+        board.end(board.begin(ENVIRON), None, False)
+    board.attach(1)
+    token = board.begin(dict(ENVIRON, REQUEST_METHOD='GET', REQUEST_URI='/x' * 600))
+    snap = board.snapshot()
+    assert (snap.idle, snap.active, len(snap.processes)) == (2, 1, 3)
+    assert snap.accepted == 5  # four ended, one running (counted when accepted)
+    running = [p for p in snap.processes if p['state'] == 'Running'][0]
+    assert running['request method'] == 'GET' and len(running['request uri']) == 512
+    done = [p for p in snap.processes if p['requests'] == 4][0]
+    assert done['state'] == 'Idle' and done['request method'] == 'POST'
+    assert done['last request memory'] > 0 and done['content length'] == 12
+    board.sample()
+    board.end(token, None, False)
+    board.reaped(0)  # the child of slot 0 is gone: its requests stay counted
+    snap = board.snapshot()
+    assert snap.accepted == 5 and len(snap.processes) == 2 and snap.max_active == 1
+
+
+def test_prefork_max_children_reached_counts_episodes():
+    board = PreforkWorkers(max_children=2, min_spare=1)
+    board.prepare(0)
+    board.prepare(1)
+    board.attach(0)
+    first = board.begin(ENVIRON)
+    board.attach(1)
+    second = board.begin(ENVIRON)
+    board.sample()
+    board.sample()  # the same episode
+    assert board.snapshot().max_children_reached == 1
+    board.end(second, None, False)
+    board.sample()
+    board.begin(ENVIRON)
+    board.sample()
+    snap = board.snapshot()
+    assert snap.max_children_reached == 2 and snap.max_active == 2
+    board.attach(0)
+    board.end(first, None, False)
+
+
+def test_prefork_slow_requests_come_from_the_slow_log():
+    board = PreforkWorkers(max_children=1, min_spare=1)
+    board.prepare(0)
+    board.attach(0)
+    slow = SlowLog(5)
+    board.slow_log = slow
+    slow.on_slow = board.on_slow
+    token = board.begin(ENVIRON)
+    slow.slow_requests = 2
+    slow.on_slow(2)  # what SlowLog.check does when it logs a stack
+    assert board.snapshot().slow == 2
+    board.end(token, None, False)
+    board.reaped(0)
+    assert board.snapshot().slow == 2
+
+
+def test_thread_slots_one_per_thread():
+    board = ThreadWorkers(None, 4)
+    started, release = threading.Barrier(3), threading.Event()
+
+    def serve():
+        token = board.begin(ENVIRON)
+        started.wait(5)
+        release.wait(5)
+        board.end(token, None, False)
+    threads = [threading.Thread(target=serve) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    started.wait(5)
+    snap = board.snapshot()
+    assert (snap.active, snap.accepted) == (2, 2)
+    assert {p['pid'] for p in snap.processes} == {t.native_id for t in threads}
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    snap = board.snapshot()  # the threads are gone: their requests stay counted
+    assert snap.accepted == 2 and snap.processes == [] and snap.max_active == 2
+
+
+def test_listen_queue_reads_tcp_info_and_zero_for_unix(tmp_path):
+    server = socket.socket()
+    server.bind(('127.0.0.1', 0))
+    server.listen(7)
+    clients = [socket.create_connection(server.getsockname(), timeout=5) for _ in range(2)]
+    try:
+        assert listen_queue(server) == (2, 7)
+    finally:
+        for client in clients:
+            client.close()
+        server.close()
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(tmp_path / 's'))
+    unix.listen(3)
+    try:
+        assert listen_queue(unix) == (0, 0)
+    finally:
+        unix.close()
+    assert listen_queue(None) == (0, 0)
+
+
+def test_watch_sits_beside_the_logs_and_replaces_an_earlier_board():
+    slow = SlowLog(5)
+    gateway.set_observer(slow)
+    try:
+        first, second = PreforkWorkers(1, 1), PreforkWorkers(1, 1)
+        status.watch(first)
+        status.watch(second)
+        observer = gateway.get_observer()
+        assert isinstance(observer, Observers) and observer.observers == (slow, second)
+        assert second.slow_log is slow and slow.on_slow == second.on_slow
+    finally:
+        gateway.set_observer(None)
+
+
+def test_requests_reach_the_board_through_the_gateway():
+    board = ThreadWorkers(None)  # single mode: no sampler thread
+    status.watch(board)
+    try:
+        def app(environ, start_response):
+            start_response('200 OK', [])
+            return [b'x']
+
+        class Responder:
+            def send_head(self, *args):
+                pass
+
+            def send_body(self, *args):
+                pass
+        for _ in range(3):
+            gateway.run_application(app, dict(ENVIRON, **{'wsgi.input': io.BytesIO()}),
+                                    Responder())
+        assert board.snapshot().accepted == 3
+        assert not any(t.name == 'flupfast-status' and t.is_alive()
+                       for t in threading.enumerate())
+    finally:
+        gateway.set_observer(None)
+
+
+def test_a_new_board_ends_the_old_board_s_sampler():
+    class Pool:
+        _cond = threading.Lock()
+        _threads = set()
+    old, new = ThreadWorkers(Pool(), 4), ThreadWorkers(None)
+    try:
+        status.watch(old)
+        assert old.watching and old._sampler.is_alive()
+        status.watch(new)
+        assert not old.watching
+        old._sampler.join(3)
+        assert not old._sampler.is_alive()
+    finally:
+        gateway.set_observer(None)
+
+
+FACADES = ['fcgi', 'fcgi_fork', 'fcgi_single', 'scgi', 'scgi_fork', 'scgi_single', 'ajp',
+           'ajp_fork', 'ajp_single']
+
+
+@pytest.mark.parametrize('name', FACADES)
+def test_every_facade_takes_status_path(name):
+    module = importlib.import_module('flupfast.server.' + name)
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return [b'app']
+    server = module.WSGIServer(app, bindAddress=('127.0.0.1', 0), statusPath='/st')
+    try:
+        assert isinstance(server.application, status.StatusPage)
+        board = server.application.board
+        if name.endswith('_fork'):
+            assert isinstance(board, PreforkWorkers)
+            assert server._servingMode.worker_slots is board
+        else:
+            assert isinstance(board, ThreadWorkers)
+            assert (board.process_manager == 'static') == name.endswith('_single')
+        assert call(server.application, {'PATH_INFO': '/x'})[2] == b'app'
+    finally:
+        if hasattr(server, 'shutdown'):
+            server.shutdown()
+    plain = module.WSGIServer(app, bindAddress=('127.0.0.1', 0))
+    try:
+        assert plain.application is app and plain._statusBoard is None
+    finally:
+        if hasattr(plain, 'shutdown'):
+            plain.shutdown()
