@@ -27,11 +27,29 @@ def install_console_handler(logger_name):
     return console
 
 
+# run()'s docstring in flup's SCGI and AJP front ends (threaded and prefork), and in the single
+# ones (which have no SIGQUIT handler).
+FRONT_RUN_DOC = """
+        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGQUIT, SIGTERM
+        cause it to cleanup and return. (If a SIGHUP is caught, this method returns True.
+        Returns False otherwise.)
+        """
+SINGLE_RUN_DOC = """
+        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGTERM cause it
+        to cleanup and return. (If a SIGHUP is caught, this method returns True. Returns
+        False otherwise.)
+        """
+
+
 class SCGIAJPServerBase(object):
     """The part of BaseSCGIServer and BaseAJPServer that is the same in both (flup wrote it
     twice, in scgi_base and ajp_base)."""
 
     LoggerName = None  # set by the protocol base
+    _connectionClass = None  # the job the modes run per accepted socket; set likewise
+
+    # The front ends (server/_front.py) pass every keyword of ours by name.
+    _frontKeywordsInKw = ()
 
     # A Unix socket's owner ("user", "user:group", ":group") and mode (e.g. 0o660), set before
     # it listens (PHP-FPM's listen.owner, listen.group, listen.mode); None leaves what the

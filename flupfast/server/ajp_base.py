@@ -117,6 +117,26 @@ class Connection(_ajp.AJPConnection):
     (flup's ``ajp_base.Connection``; the job the modes run per accepted socket)."""
 
 
+# __init__'s docstring in flup's threaded and prefork AJP front ends.
+FRONT_INIT_DOC = """
+        scriptName is the initial portion of the URL path that "belongs" to your
+        application. It is used to determine PATH_INFO (which doesn't seem to be passed in).
+        An empty scriptName means your application is mounted at the root of your virtual
+        host.
+
+        environ, which must be a dictionary, can contain any additional environment
+        variables you want to pass to your application.
+
+        bindAddress is the address to bind to: a 2-tuple (host, port) is IPv4, a 4-tuple
+        IPv6 (flup: IPv4 only).
+
+        allowedServers must be None or a list of strings representing the IP addresses of
+        servers allowed to connect. None means accept connections from anywhere.
+
+        loggingLevel sets the logging level of the module-level logger.
+        """
+
+
 class BaseAJPServer(SCGIAJPServerBase):
     """The AJP13 protocol side of the servers (flup's ``ajp_base.BaseAJPServer``): hooks,
     environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
@@ -125,6 +145,7 @@ class BaseAJPServer(SCGIAJPServerBase):
     # What Request class to use.
     requestClass = Request
     LoggerName = LoggerName
+    _connectionClass = Connection
 
     # flup's input buffer shrink point; flupfast's stream compacts by its own rule, but the
     # attribute stays for subclasses that read or set it.

@@ -279,6 +279,22 @@ def _rlimit(name, fallback=100):
     return limit if limit >= 0 else 65535
 
 
+# __init__'s and run()'s docstrings in flup's three FastCGI front ends.
+FRONT_INIT_DOC = """
+        environ, if present, must be a dictionary-like object. Its contents will be copied
+        into application's environ. Useful for passing application-specific variables.
+
+        bindAddress, if present, must either be a string or a tuple. If present, run() will
+        open its own listening socket: a string is a Unix socket path, a 2-tuple an IPv4
+        (host, port). Otherwise the web server's socket is inherited on fd 0.
+
+        allowedServers (a keyword in ``**kw``, flupfast's addition) is None or a list of the
+        IP addresses allowed to connect, as for SCGI; FCGI_WEB_SERVER_ADDRS still applies.
+        """
+FRONT_RUN_DOC = """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
+        received, False otherwise."""
+
+
 class BaseFCGIServer(object):
     """The FastCGI protocol side of the servers (flup's ``fcgi_base.BaseFCGIServer``):
     hooks, environ, error page and the CGI fallback; front ends mix in a mode
@@ -286,6 +302,9 @@ class BaseFCGIServer(object):
 
     request_class = Request
     cgirequest_class = CGIRequest
+
+    # flupfast's keyword that flup's front end signatures lack: it comes in their ``**kw``.
+    _frontKeywordsInKw = ('allowedServers',)
 
     # Bytes per written record, header included. flup writes 8 KiB records for mod_fastcgi's
     # small buffers; nginx and Apache take 64 KiB records, 8x fewer headers and syscalls.

@@ -88,6 +88,24 @@ class StdoutWrapper(object):
         return getattr(self._file, name)
 
 
+# __init__'s docstring in flup's threaded and prefork SCGI front ends.
+FRONT_INIT_DOC = """
+        scriptName is the initial portion of the URL path that "belongs" to your
+        application; left at NoDefault, SCRIPT_NAME and PATH_INFO come from the web server.
+
+        environ, which must be a dictionary, can contain any additional environment
+        variables you want to pass to your application.
+
+        bindAddress is the address to bind to: a string is a Unix socket path (umask
+        applies while it is created); a 2-tuple (host, port) is IPv4; a 4-tuple IPv6.
+
+        allowedServers must be None or a list of strings representing the IP addresses of
+        servers allowed to connect. None means accept connections from anywhere.
+
+        loggingLevel sets the logging level of the module-level logger.
+        """
+
+
 class BaseSCGIServer(SCGIAJPServerBase):
     """The SCGI protocol side of the servers (flup's ``scgi_base.BaseSCGIServer``): hooks,
     environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
@@ -96,6 +114,7 @@ class BaseSCGIServer(SCGIAJPServerBase):
     # What Request class to use.
     requestClass = Request
     LoggerName = LoggerName
+    _connectionClass = Connection
 
     def __init__(self, application, scriptName=NoDefault, environ=None, multithreaded=True,
                  multiprocess=False, bindAddress=('localhost', 4000), umask=None,

@@ -61,14 +61,20 @@ class _ModeFacade(object):
     # -- what the nine protocol servers share ---------------------------------------------------
 
     # Whether a protocol server's run() ends with shutdown() (the threaded mode: a bounded wait
-    # for its running jobs).
+    # for its running jobs). flup's AJP front ends skip it, because kept AJP connections would
+    # block it forever; ours waits a bounded time for running requests, then leaves idle ones.
     _shutdownAfterRun = False
 
-    def _startMode(self, mode_server, job_class, job_args, kw, dropped=('jobClass', 'jobArgs')):
+    # What the mode fixes of a protocol server's flags (server/_front.py ``assemble``), and the
+    # keywords its front ends ignore, as flup's do.
+    _frontFlags = {}
+    _frontIgnored = ('jobClass', 'jobArgs')
+
+    def _startMode(self, mode_server, job_class, job_args, kw):
         """Build ``mode_server`` (the mode facade a protocol server derives from) to run
-        ``job_class(sock, addr, *job_args)``; flup's keywords in ``dropped`` are ignored, as
-        flup ignores them."""
-        for key in dropped:
+        ``job_class(sock, addr, *job_args)``; flup's keywords in its ``_frontIgnored`` are
+        ignored, as flup ignores them."""
+        for key in mode_server._frontIgnored:
             kw.pop(key, None)
         mode_server.__init__(self, jobClass=job_class, jobArgs=job_args, **kw)
 
@@ -146,6 +152,8 @@ class _AcceptLoopFacade(_ModeFacade):
 class SingleServer(_AcceptLoopFacade):
     """The single mode (flup's ``singleserver.SingleServer``): one connection at a time, in
     the thread that calls run()."""
+
+    _frontFlags = {'multithreaded': False, 'multiprocess': False}
 
     def __init__(self, jobClass=None, jobArgs=(), **kw):
         # flup's singleserver takes **kw and ignores what it does not know; so do we.
