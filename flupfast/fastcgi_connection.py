@@ -221,20 +221,36 @@ def _aborted_message(stream_type):
             'FCGI_%s' % _stream_name(stream_type))
 
 
+class FastCGIConfig:
+    """A FastCGI connection's settings: built once per run() by the server (flup's
+    ``multiplexed``, ``maxwrite`` and ``capability`` attributes, in
+    ``BaseFCGIServer._connectionConfig``) and shared by every connection it serves."""
+
+    __slots__ = ('multiplexed', 'max_content', 'capability')
+
+    def __init__(self, multiplexed=False, maxwrite=DEFAULT_MAXWRITE, capability=None):
+        self.multiplexed = bool(multiplexed)
+        # Record content: a multiple of 8 so only a stream's last record needs padding.
+        self.max_content = max(8, min(maxwrite - fcgi.FCGI_HEADER_LEN, 0xFFF8) & ~7)
+        # GET_VALUES answers (spec 4.1), names as bytes.
+        self.capability = {} if capability is None else capability
+
+
 class FastCGIConnection(Connection):
     """A FastCGI connection from the web server (spec 3): requests one after another in this
     thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
     """
 
-    def __init__(self, sock, addr, server, timeout=None):
+    def __init__(self, sock, addr, server, timeout=None, config=None):
         super().__init__(sock, addr)
         self.server = server
         self.timeout = timeout
-        self.multiplexed = bool(getattr(server, 'multiplexed', False))
+        if config is None:  # built outside the server's run() (a flup-style jobArgs, a test)
+            config = server._connectionConfig()
+        self._config = config
+        self.multiplexed = config.multiplexed
         self.can_park = not self.multiplexed
-        maxwrite = getattr(server, 'maxwrite', DEFAULT_MAXWRITE)
-        # Record content: a multiple of 8 so only a stream's last record needs padding.
-        self.max_content = max(8, min(maxwrite - fcgi.FCGI_HEADER_LEN, 0xFFF8) & ~7)
+        self.max_content = config.max_content
         self._parser = _impl.FastCGIParser()
         self._events = collections.deque()
         self._requests = {}
@@ -460,7 +476,7 @@ class FastCGIConnection(Connection):
             self.end_request(req, 0, fcgi.FCGI_OVERLOADED)
 
     def _on_get_values(self, names):
-        capability = getattr(self.server, 'capability', {})
+        capability = self._config.capability
         answer = {}
         for name in names:
             # flup looks str keys up with bytes names, so it always answers empty.

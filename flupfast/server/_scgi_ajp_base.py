@@ -79,6 +79,11 @@ class SCGIAJPServerBase(object):
         self.logger.setLevel(loggingLevel)
         self.bind_error = None  # the OSError that stopped run(), for the command line
 
+    def _connectionConfig(self):
+        """The connections' settings object, built once per run() and passed to each
+        connection after (server, timeout); None: the protocol has none (SCGI)."""
+        return None
+
     def _setupSocket(self):
         """Creates and binds the socket for communication with the server: a str is a Unix
         socket path (``umask`` applies while it is created), a 2-tuple IPv4, a longer tuple

@@ -190,6 +190,10 @@ class BaseAJPServer(SCGIAJPServerBase):
         self._init_common(application, scriptName, environ, multithreaded, multiprocess,
                           bindAddress, None, allowedServers, loggingLevel, debug, NoDefault)
 
+    def _connectionConfig(self):
+        """The connections' settings, read from ``packetSize`` once per run()."""
+        return _ajp.AJPConfig(self.packetSize)
+
     def _isSecretValid(self, secret):
         expected = self.secret
         if expected is None:

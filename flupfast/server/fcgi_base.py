@@ -183,18 +183,20 @@ class Connection(_connection.FastCGIConnection):
     """A FastCGI connection serving one request at a time, answering FCGI_CANT_MPX_CONN to a
     second (flup's ``fcgi_base.Connection``; the job the modes run per accepted socket)."""
 
-    def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr, server, timeout)
+    def __init__(self, sock, addr, server, timeout=None, config=None):
+        super().__init__(sock, addr, server, timeout, config)
         self.multiplexed = False
+        self.can_park = True
 
 
 class MultiplexedConnection(_connection.FastCGIConnection):
     """A multiplexed FastCGI connection: each request runs in its own thread (flup's
     ``fcgi_base.MultiplexedConnection``, chosen by ``multiplexed=True``)."""
 
-    def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr, server, timeout)
+    def __init__(self, sock, addr, server, timeout=None, config=None):
+        super().__init__(sock, addr, server, timeout, config)
         self.multiplexed = True
+        self.can_park = False
 
 
 def decode_pair(s, pos=0):
@@ -370,6 +372,11 @@ class BaseFCGIServer(object):
             FCGI_MAX_REQS: max_reqs,
             FCGI_MPXS_CONNS: 1 if multiplexed else 0,
         }
+
+    def _connectionConfig(self):
+        """The connections' settings, read from the attributes once per run() (a subclass or
+        the caller may set them between construction and run())."""
+        return _connection.FastCGIConfig(self.multiplexed, self.maxwrite, self.capability)
 
     # -- socket ----------------------------------------------------------------------------
 

@@ -76,11 +76,15 @@ class _ModeFacade(object):
         ignored, as flup ignores them."""
         for key in mode_server._frontIgnored:
             kw.pop(key, None)
+        self._frontJobArgs = tuple(job_args)
         mode_server.__init__(self, jobClass=job_class, jobArgs=job_args, **kw)
 
     def _runServer(self, mode_server):
         """A protocol server's run(): its protocol's front-end run (``_run_front``: socket,
-        logging, allow-lists) around ``mode_server``'s loop."""
+        logging, allow-lists) around ``mode_server``'s loop. The connections get their
+        settings as one object built here (``_connectionConfig``), after the job arguments."""
+        config = self._connectionConfig()
+        self._jobArgs = self._frontJobArgs + (() if config is None else (config,))
         try:
             return self._run_front(mode_server.run)
         finally:
