@@ -135,7 +135,7 @@ class OutputStream(_connection.StderrStream):
     """
 
     def __init__(self, conn, req, type, buffered=False):
-        super().__init__(conn, req)
+        super().__init__(conn, req._io)
         self.record_type = type
         self._buffered = buffered
 
@@ -252,6 +252,7 @@ class CGIRequest(Request):
     request (flup's ``fcgi_base.CGIRequest``, fcgi_base.py:607-629)."""
 
     def __init__(self, server):
+        self._io = _connection.RequestIO()
         self.requestId = 1
         self.role = FCGI_RESPONDER
         self.flags = 0
