@@ -332,7 +332,7 @@ class FastCGIConnection(Connection):
             self.send([fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
             return
         req = self.server.request_class(self, None, self.timeout)
-        req.requestId = request_id
+        req._io.request_id = request_id  # req.requestId, without the property's call
         req.role = role
         req.flags = flags
         req.keep_conn = bool(flags & fcgi.FCGI_KEEP_CONN)
@@ -389,27 +389,29 @@ class FastCGIConnection(Connection):
         one send; then keep the connection, drain it, or close it.
         """
         stdout, stderr = req.stdout, req.stderr
+        io = req._io
+        request_id = io.request_id
         if (app_status == 0 and protocol_status == fcgi.FCGI_REQUEST_COMPLETE
                 and type(stdout) is StdoutStream and type(stderr) is StderrStream
                 and stdout.dataWritten and not stdout.closed and not stderr.closed
                 and not stderr.dataWritten and not stderr._held):
             # The usual end (output written, nothing on stderr): prebuilt bytes.
             stdout.closed = stderr.closed = True
-            buffers = [_completed_records(req.requestId)]
+            buffers = [_completed_records(request_id)]
         else:
             buffers = stdout.end_buffers() + stderr.end_buffers()
-            buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
+            buffers.append(fcgi.encode_end_request(request_id, app_status, protocol_status))
         if self.multiplexed:
             # Inactive before END_REQUEST leaves: the web server may reuse the id at once, and
             # the reading thread must not take its BEGIN_REQUEST for a duplicate.
-            self._requests.pop(req.requestId, None)
+            self._requests.pop(request_id, None)
         try:
             self.send(buffers)
         except OSError as exc:
             # Closed meanwhile: the reading thread ends a multiplexed connection at EOF.
             if not (is_peer_gone(exc) or self.closed):
                 raise
-            self._requests.pop(req.requestId, None)
+            self._requests.pop(request_id, None)
             if self.multiplexed:
                 self._release_spools(req)
             self.close()
@@ -434,16 +436,16 @@ class FastCGIConnection(Connection):
             # After ABORT_REQUEST nothing more is due: later records for the id are ignored
             # (spec 3.3), so there is nothing to drain.
             self._discard_queued_input(req)
-            ended = req._io.ended
-            if req.aborted:
+            ended = io.ended
+            if io.aborted:
                 return
             if not ended[fcgi.FCGI_STDIN]:
                 req.stdin.drain()
             if req.role == fcgi.FCGI_FILTER and not ended[fcgi.FCGI_DATA]:
                 req.data.drain()
         finally:
-            self._requests.pop(req.requestId, None)
-            req._io.pending = None  # its input streams read nothing more
+            self._requests.pop(request_id, None)
+            io.pending = None  # its input streams read nothing more
 
     def truncate_request(self, req):
         """The app failed after its response began: END_REQUEST would pass the part sent for
@@ -474,10 +476,11 @@ class FastCGIConnection(Connection):
         """Take the request's input records already received (typically the empty STDIN that
         came with the body), so that closing needs no lingering read."""
         events = self._events
-        while events and events[0][1] == req.requestId and events[0][0] in _INPUT_TYPES:
+        io = req._io
+        while events and events[0][1] == io.request_id and events[0][0] in _INPUT_TYPES:
             record_type, _, payload = events.popleft()
             if not payload:
-                req._io.ended[record_type] = True
+                io.ended[record_type] = True
 
     def _end_multiplexed(self, req):
         with self._send_lock:
