@@ -27,6 +27,27 @@ def install_console_handler(logger_name):
     return console
 
 
+def init_doc(*paragraphs):
+    """An ``__init__`` docstring from paragraphs, laid out as flup's (``help()`` shows the
+    same text)."""
+    body = '\n\n'.join('\n'.join(('        ' + line) if line else ''
+                                 for line in p.split('\n')) for p in paragraphs)
+    return '\n' + body + '\n        '
+
+
+# The paragraphs of flup's SCGI and AJP __init__ docstrings that say the same.
+ENVIRON_DOC = """environ, which must be a dictionary, can contain any additional environment
+variables you want to pass to your application."""
+THREADS_DOC = """Set multithreaded to False if your application is not thread-safe.
+
+Set multiprocess to True to explicitly set wsgi.multiprocess to True. (Only makes
+sense with threaded servers.)"""
+ALLOWED_DOC = """allowedServers must be None or a list of strings representing the IP addresses of
+servers allowed to connect. None means accept connections from anywhere."""
+ALLOWED_DEFAULT_DOC = ALLOWED_DOC + """ By default,
+it is a list containing the single item '127.0.0.1'."""
+LOGGING_DOC = "loggingLevel sets the logging level of the module-level logger."
+
 # run()'s docstring in flup's SCGI and AJP front ends (threaded and prefork), and in the single
 # ones (which have no SIGQUIT handler).
 FRONT_RUN_DOC = """
