@@ -448,9 +448,9 @@ def front_fixture(start, **kwargs):
     """A suite's class-scoped ``front``: ``start(server, **kwargs)``, stopped after the class;
     a callable value of ``kwargs`` is called with the suite class first (e.g. its mode)."""
     @pytest.fixture(scope="class")
-    def front(self, server):
-        args = {key: value(type(self)) if callable(value) else value
-                for key, value in kwargs.items()}
+    @classmethod
+    def front(cls, server):
+        args = {key: value(cls) if callable(value) else value for key, value in kwargs.items()}
         running = start(server, **args)
         yield running
         running.stop()
