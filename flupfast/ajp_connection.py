@@ -184,16 +184,30 @@ class AJPResponder:
         self._req.send_body(data, more)
 
 
+class AJPConfig:
+    """An AJP13 connection's settings: built once per run() by the server (flup's
+    ``packetSize``, in ``BaseAJPServer._connectionConfig``) and shared by every connection it
+    serves."""
+
+    __slots__ = ('packet_size', 'body_chunk')
+
+    def __init__(self, packet_size=AJP_DEFAULT_PACKET):
+        self.packet_size = packet_size
+        self.body_chunk = body_chunk_size(packet_size)
+
+
 class AJPConnection(LoggedConnection):
     """A persistent connection from the web server (flup ``ajp_base.Connection``): requests
     one after another, CPING answered between them. ``run()`` returns the requests served."""
 
-    def __init__(self, sock, addr, server, timeout=None):
+    def __init__(self, sock, addr, server, timeout=None, config=None):
         super().__init__(sock, addr, server, timeout, LoggerName)
         self._parser = _impl.AJPParser()
         self._packets = collections.deque()
-        self.packet_size = getattr(server, 'packetSize', AJP_DEFAULT_PACKET)
-        self.body_chunk = body_chunk_size(self.packet_size)
+        if config is None:  # built outside the server's run() (a flup-style jobArgs, a test)
+            config = server._connectionConfig()
+        self.packet_size = config.packet_size
+        self.body_chunk = config.body_chunk
         self.max_requests = None  # set by a prefork child: retire after this many
         self.idle = False
 

@@ -1,5 +1,6 @@
 """One FastCGI connection from the web server (spec 3): its records, KEEP_CONN, GET_VALUES,
-ABORT_REQUEST and multiplexing; the request's STDOUT/STDERR streams and its lazy STDIN.
+ABORT_REQUEST and multiplexing; its requests, to which it hands their streams
+(fastcgi_streams.py).
 
 The WSGI glue is gateway.py (through the server's ``handler``); the codec is
 protocols/fastcgi.py or its compiled twin; the socket plumbing is connection.Connection.
@@ -11,15 +12,17 @@ import sys
 import threading
 import time
 import traceback
-import weakref
+from operator import attrgetter
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
 from flupfast.connection import Connection, receive_buffer
 from flupfast.deadline import request_deadline
+from flupfast.fastcgi_streams import (RequestIO, StderrStream, StdoutStream, _completed_records,
+                                      _StreamSource)
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import DEFAULT_MAXWRITE, MAX_OPEN_REQUESTS
-from flupfast.output import OVERLOADED_CGI_RESPONSE, PartsWriter, shutdown_quietly
+from flupfast.output import OVERLOADED_CGI_RESPONSE, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 from flupfast.serving.job import PARK, WAIT
@@ -33,99 +36,6 @@ _INPUT_TYPES = (fcgi.FCGI_STDIN, fcgi.FCGI_DATA)
 _INVALID_RECORD_HEADER = bytes(fcgi.FCGI_HEADER_LEN)
 
 
-class StdoutStream(PartsWriter):
-    """FCGI_STDOUT of one request (flup's ``OutputStream``): ``write`` frames bytes as records
-    and sends them; ``close`` ends the stream with an empty record if anything was written.
-    """
-
-    record_type = fcgi.FCGI_STDOUT
-    STR_ENCODING = 'utf-8'  # as flup's fcgi_base OutputStream
-
-    def __init__(self, conn, req):
-        self._conn = conn
-        # Weak: a strong reference back to the request would make a cycle per request.
-        self._req = weakref.ref(req)
-        self.dataWritten = False
-        self.closed = False
-
-    def write_parts(self, parts, hold=False):
-        req = self._req()
-        if req is None or req.aborted:
-            return  # the web server gave up on this request: nothing reads the bytes
-        buffers = []
-        for part in parts:
-            if part:
-                buffers += _impl.frame_stdout(req.requestId, part, self._conn.max_content,
-                                              self.record_type)
-        if buffers:
-            self.dataWritten = True
-            self._conn.send(buffers, hold and not self._conn.multiplexed)
-
-    def flush(self):
-        self._conn.send([])
-
-    def end_buffers(self):
-        """The buffers that close the stream (empty if nothing was ever written)."""
-        if self.closed:
-            return []
-        self.closed = True
-        if not self.dataWritten:
-            return []
-        return [fcgi.encode_record(self.record_type, self._req().requestId)]
-
-    def close(self):
-        self._conn.send(self.end_buffers())
-
-
-class StderrStream(StdoutStream):
-    """FCGI_STDERR (``wsgi.errors``): held in memory until flushed or the request ends, as
-    flup's buffered stream; str is encoded UTF-8 as flup does.
-    """
-
-    record_type = fcgi.FCGI_STDERR
-
-    def __init__(self, conn, req):
-        super().__init__(conn, req)
-        self._held = []
-
-    def write(self, data):
-        if isinstance(data, str):
-            data = data.encode('utf-8')
-        if data:
-            self._held.append(bytes(data))
-
-    def flush(self):
-        if self._held:
-            held, self._held = self._held, []
-            self.write_parts((b''.join(held),))
-
-    def end_buffers(self):
-        buffers = []
-        req = self._req()
-        if self._held and not req.aborted:
-            held, self._held = self._held, []
-            buffers = _impl.frame_stdout(req.requestId, b''.join(held),
-                                         self._conn.max_content, self.record_type)
-            self.dataWritten = True
-        return buffers + super().end_buffers()
-
-
-# request id -> the empty FCGI_STDOUT record and END_REQUEST (app status 0, REQUEST_COMPLETE)
-# that end a request with output and no stderr; web servers reuse a few small ids (nginx: 1).
-_completed = {}
-_COMPLETED_MAX_ID = 64
-
-
-def _completed_records(request_id):
-    records = _completed.get(request_id)
-    if records is None:
-        records = (fcgi.encode_record(fcgi.FCGI_STDOUT, request_id)
-                   + fcgi.encode_end_request(request_id, 0, fcgi.FCGI_REQUEST_COMPLETE))
-        if request_id <= _COMPLETED_MAX_ID:
-            _completed[request_id] = records
-    return records
-
-
 class FastCGIRequest:
     """One FastCGI request (flup's ``fcgi_base.Request``; its attribute names are kept because
     ``handler``/``error`` overrides use them): params, stdin, stdout, stderr, data.
@@ -135,28 +45,26 @@ class FastCGIRequest:
         self._conn = conn
         self.server = conn.server
         self._timeout = timeout
-        self.requestId = None
+        self._io = RequestIO()
         self.role = None
         self.flags = 0
-        self.aborted = False
         self._started = False  # PARAMS complete: the handler runs or has run
         self.params = {}
         self.keep_conn = False
-        # Input not yet read by the app: deques filled by this thread, or, when multiplexed,
-        # spools filled by the connection's reading thread.
-        self._pending = conn.new_pending()
-        self._sources = []
-        self._ended = {fcgi.FCGI_STDIN: False, fcgi.FCGI_DATA: False}
-        self.stdin = conn.open_input(self, fcgi.FCGI_STDIN)
-        self._data = None
-        self.stdout = StdoutStream(conn, self)
-        self.stderr = StderrStream(conn, self)
+        # The streams: the connection builds them when it takes the request (open_streams).
+        self.stdin = self.stdout = self.stderr = self._data = None
+
+    requestId = property(attrgetter('_io.request_id'),
+                         lambda self, value: setattr(self._io, 'request_id', value))
+    aborted = property(attrgetter('_io.aborted'),  # FCGI_ABORT_REQUEST came for it
+                       lambda self, value: setattr(self._io, 'aborted', value))
 
     @property
     def data(self):
-        """FCGI_DATA, the FILTER role's second input; made on first use (rarely needed)."""
+        """FCGI_DATA, the FILTER role's second input (the connection opens it for that role;
+        for another, on first use: it is rarely wanted)."""
         if self._data is None:
-            self._data = self._conn.open_input(self, fcgi.FCGI_DATA)
+            self._data = self._conn.open_input(self._io, fcgi.FCGI_DATA)
         return self._data
 
     @data.setter
@@ -190,28 +98,6 @@ class FastCGIRequest:
         self._conn.end_request(self, appStatus, protocolStatus)
 
 
-class _StreamSource:
-    """``pull()`` for one input stream of a non-multiplexed request. ``detach`` at the end of
-    the request drops the references that would otherwise keep request, streams and
-    connection in a cycle only the garbage collector can free (a cost on every request).
-    """
-
-    __slots__ = ('_conn', '_req', '_stream_type')
-
-    def __init__(self, conn, req, stream_type):
-        self._conn = conn
-        self._req = req
-        self._stream_type = stream_type
-
-    def __call__(self):
-        if self._req is None:
-            return b''
-        return self._conn._pull(self._req, self._stream_type)
-
-    def detach(self):
-        self._conn = self._req = None
-
-
 def _stream_name(stream_type):
     return 'STDIN' if stream_type == fcgi.FCGI_STDIN else 'DATA'
 
@@ -221,20 +107,36 @@ def _aborted_message(stream_type):
             'FCGI_%s' % _stream_name(stream_type))
 
 
+class FastCGIConfig:
+    """A FastCGI connection's settings: built once per run() by the server (flup's
+    ``multiplexed``, ``maxwrite`` and ``capability`` attributes, in
+    ``BaseFCGIServer._connectionConfig``) and shared by every connection it serves."""
+
+    __slots__ = ('multiplexed', 'max_content', 'capability')
+
+    def __init__(self, multiplexed=False, maxwrite=DEFAULT_MAXWRITE, capability=None):
+        self.multiplexed = bool(multiplexed)
+        # Record content: a multiple of 8 so only a stream's last record needs padding.
+        self.max_content = max(8, min(maxwrite - fcgi.FCGI_HEADER_LEN, 0xFFF8) & ~7)
+        # GET_VALUES answers (spec 4.1), names as bytes.
+        self.capability = {} if capability is None else capability
+
+
 class FastCGIConnection(Connection):
     """A FastCGI connection from the web server (spec 3): requests one after another in this
     thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
     """
 
-    def __init__(self, sock, addr, server, timeout=None):
+    def __init__(self, sock, addr, server, timeout=None, config=None):
         super().__init__(sock, addr)
         self.server = server
         self.timeout = timeout
-        self.multiplexed = bool(getattr(server, 'multiplexed', False))
+        if config is None:  # built outside the server's run() (a flup-style jobArgs, a test)
+            config = server._connectionConfig()
+        self._config = config
+        self.multiplexed = config.multiplexed
         self.can_park = not self.multiplexed
-        maxwrite = getattr(server, 'maxwrite', DEFAULT_MAXWRITE)
-        # Record content: a multiple of 8 so only a stream's last record needs padding.
-        self.max_content = max(8, min(maxwrite - fcgi.FCGI_HEADER_LEN, 0xFFF8) & ~7)
+        self.max_content = config.max_content
         self._parser = _impl.FastCGIParser()
         self._events = collections.deque()
         self._requests = {}
@@ -256,33 +158,41 @@ class FastCGIConnection(Connection):
         self._events.extend(self._parser.feed(data))
         return True
 
-    def new_pending(self):
+    def open_streams(self, req):
+        """Give a new request its streams: stdin, stdout, stderr, and data for the FILTER
+        role. They share ``req._io`` with this connection and hold no reference to ``req``."""
+        io = req._io
         if self.multiplexed:
-            return {fcgi.FCGI_STDIN: Spool(), fcgi.FCGI_DATA: Spool()}
-        return {fcgi.FCGI_STDIN: collections.deque(), fcgi.FCGI_DATA: collections.deque()}
+            io.pending = {fcgi.FCGI_STDIN: Spool(), fcgi.FCGI_DATA: Spool()}
+        else:
+            io.pending = {fcgi.FCGI_STDIN: collections.deque(),
+                          fcgi.FCGI_DATA: collections.deque()}
+        req.stdin = self.open_input(io, fcgi.FCGI_STDIN)
+        req.stdout = StdoutStream(self, io)
+        req.stderr = StderrStream(self, io)
+        if req.role == fcgi.FCGI_FILTER:
+            req.data = self.open_input(io, fcgi.FCGI_DATA)
 
-    def open_input(self, req, stream_type):
+    def open_input(self, io, stream_type):
         if self.multiplexed:
-            return _impl.InputStream(req._pending[stream_type].pull)
-        source = _StreamSource(self, req, stream_type)
-        req._sources.append(source)
-        return _impl.InputStream(source)
+            return _impl.InputStream(io.pending[stream_type].pull)
+        return _impl.InputStream(_StreamSource(self, io, stream_type))
 
-    def _pull(self, req, stream_type):
-        """The next chunk of one of ``req``'s input streams; reads the socket only when the app
-        asks, handling whatever else arrives meanwhile (flup's lazy stdin).
+    def _pull(self, io, stream_type):
+        """The next chunk of one of a request's input streams; reads the socket only when the
+        app asks, handling whatever else arrives meanwhile (flup's lazy stdin).
         """
-        pending = req._pending[stream_type]
+        pending = io.pending[stream_type]
+        ended = io.ended
         while not pending:
-            if req._ended[stream_type]:
+            if ended[stream_type]:
                 return b''
-            if req.aborted:
+            if io.aborted:
                 raise ClientDisconnected(_aborted_message(stream_type))
             if not self._events and not self._read_events():
                 raise ClientDisconnected('the web server closed the connection before the '
                                          'end of FCGI_%s' % _stream_name(stream_type))
-            ended = req._ended
-            while self._events and not pending and not ended[stream_type] and not req.aborted:
+            while self._events and not pending and not ended[stream_type] and not io.aborted:
                 self._dispatch(self._events.popleft())
         return pending.popleft()
 
@@ -355,7 +265,7 @@ class FastCGIConnection(Connection):
     def _finish(self):
         for req in list(self._requests.values()):
             if self.multiplexed:
-                for spool in req._pending.values():
+                for spool in req._io.pending.values():
                     spool.abort()
         if self.multiplexed:
             for req in list(self._requests.values()):
@@ -367,26 +277,29 @@ class FastCGIConnection(Connection):
 
     @staticmethod
     def _release_spools(req):
-        for spool in req._pending.values():
+        for spool in req._io.pending.values():
             spool.close()
 
     def _dispatch(self, event):
         record_type, request_id, payload = event
         if record_type == fcgi.FCGI_STDIN or record_type == fcgi.FCGI_DATA:
             req = self._requests.get(request_id)
-            if req is None or req._ended[record_type]:
+            if req is None:
                 return  # spec 3.3: records for inactive requests are ignored
+            io = req._io
+            if io.ended[record_type]:
+                return
             if self.multiplexed:
-                spool = req._pending[record_type]
+                spool = io.pending[record_type]
                 if payload:
                     spool.push(payload)
                 else:
-                    req._ended[record_type] = True
+                    io.ended[record_type] = True
                     spool.end()
             elif payload:
-                req._pending[record_type].append(payload)
+                io.pending[record_type].append(payload)
             else:
-                req._ended[record_type] = True
+                io.ended[record_type] = True
         elif record_type == fcgi.FCGI_PARAMS:
             self._on_params(request_id, payload)
         elif record_type == fcgi.FCGI_BEGIN_REQUEST:
@@ -419,10 +332,11 @@ class FastCGIConnection(Connection):
             self.send([fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
             return
         req = self.server.request_class(self, None, self.timeout)
-        req.requestId = request_id
+        req._io.request_id = request_id  # req.requestId, without the property's call
         req.role = role
         req.flags = flags
         req.keep_conn = bool(flags & fcgi.FCGI_KEEP_CONN)
+        self.open_streams(req)
         self._requests[request_id] = req
 
     def _on_abort_request(self, req):
@@ -433,7 +347,7 @@ class FastCGIConnection(Connection):
         (``fastcgi-abort-request``)."""
         req.aborted = True
         if self.multiplexed:
-            for stream_type, spool in req._pending.items():
+            for stream_type, spool in req._io.pending.items():
                 spool.abort(_aborted_message(stream_type))
         if not req._started:
             self.end_request(req)
@@ -460,7 +374,7 @@ class FastCGIConnection(Connection):
             self.end_request(req, 0, fcgi.FCGI_OVERLOADED)
 
     def _on_get_values(self, names):
-        capability = getattr(self.server, 'capability', {})
+        capability = self._config.capability
         answer = {}
         for name in names:
             # flup looks str keys up with bytes names, so it always answers empty.
@@ -475,27 +389,29 @@ class FastCGIConnection(Connection):
         one send; then keep the connection, drain it, or close it.
         """
         stdout, stderr = req.stdout, req.stderr
+        io = req._io
+        request_id = io.request_id
         if (app_status == 0 and protocol_status == fcgi.FCGI_REQUEST_COMPLETE
                 and type(stdout) is StdoutStream and type(stderr) is StderrStream
                 and stdout.dataWritten and not stdout.closed and not stderr.closed
                 and not stderr.dataWritten and not stderr._held):
             # The usual end (output written, nothing on stderr): prebuilt bytes.
             stdout.closed = stderr.closed = True
-            buffers = [_completed_records(req.requestId)]
+            buffers = [_completed_records(request_id)]
         else:
             buffers = stdout.end_buffers() + stderr.end_buffers()
-            buffers.append(fcgi.encode_end_request(req.requestId, app_status, protocol_status))
+            buffers.append(fcgi.encode_end_request(request_id, app_status, protocol_status))
         if self.multiplexed:
             # Inactive before END_REQUEST leaves: the web server may reuse the id at once, and
             # the reading thread must not take its BEGIN_REQUEST for a duplicate.
-            self._requests.pop(req.requestId, None)
+            self._requests.pop(request_id, None)
         try:
             self.send(buffers)
         except OSError as exc:
             # Closed meanwhile: the reading thread ends a multiplexed connection at EOF.
             if not (is_peer_gone(exc) or self.closed):
                 raise
-            self._requests.pop(req.requestId, None)
+            self._requests.pop(request_id, None)
             if self.multiplexed:
                 self._release_spools(req)
             self.close()
@@ -508,7 +424,8 @@ class FastCGIConnection(Connection):
             if not req.keep_conn or (self.max_requests is not None
                                      and self.served >= self.max_requests):
                 self._discard_queued_input(req)
-                if req._ended[fcgi.FCGI_STDIN] and not self._events and not self._parser.pending:
+                if req._io.ended[fcgi.FCGI_STDIN] and not self._events \
+                        and not self._parser.pending:
                     self.close()  # nothing unread: a plain close sends FIN, not RST
                 else:
                     self.linger_close()
@@ -519,16 +436,16 @@ class FastCGIConnection(Connection):
             # After ABORT_REQUEST nothing more is due: later records for the id are ignored
             # (spec 3.3), so there is nothing to drain.
             self._discard_queued_input(req)
-            if req.aborted:
+            ended = io.ended
+            if io.aborted:
                 return
-            if not req._ended[fcgi.FCGI_STDIN]:
+            if not ended[fcgi.FCGI_STDIN]:
                 req.stdin.drain()
-            if req.role == fcgi.FCGI_FILTER and not req._ended[fcgi.FCGI_DATA]:
+            if req.role == fcgi.FCGI_FILTER and not ended[fcgi.FCGI_DATA]:
                 req.data.drain()
         finally:
-            self._requests.pop(req.requestId, None)
-            for source in req._sources:
-                source.detach()
+            self._requests.pop(request_id, None)
+            io.pending = None  # its input streams read nothing more
 
     def truncate_request(self, req):
         """The app failed after its response began: END_REQUEST would pass the part sent for
@@ -546,23 +463,24 @@ class FastCGIConnection(Connection):
                               lambda deadline: self._discard_input(req, deadline))
         finally:
             self._requests.pop(req.requestId, None)
-            for source in req._sources:
-                source.detach()
+            req._io.pending = None
 
     def _discard_input(self, req, deadline):
         """Read and drop the rest of ``req``'s STDIN until its end or ``deadline``."""
         self._discard_queued_input(req)
-        while not req._ended[fcgi.FCGI_STDIN] and time.monotonic() < deadline:
-            self._pull(req, fcgi.FCGI_STDIN)
+        io = req._io
+        while not io.ended[fcgi.FCGI_STDIN] and time.monotonic() < deadline:
+            self._pull(io, fcgi.FCGI_STDIN)
 
     def _discard_queued_input(self, req):
         """Take the request's input records already received (typically the empty STDIN that
         came with the body), so that closing needs no lingering read."""
         events = self._events
-        while events and events[0][1] == req.requestId and events[0][0] in _INPUT_TYPES:
+        io = req._io
+        while events and events[0][1] == io.request_id and events[0][0] in _INPUT_TYPES:
             record_type, _, payload = events.popleft()
             if not payload:
-                req._ended[record_type] = True
+                io.ended[record_type] = True
 
     def _end_multiplexed(self, req):
         with self._send_lock:

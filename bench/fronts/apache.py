@@ -10,22 +10,14 @@ import os
 
 from bench.base import free_port
 from bench.fronts.front import Front
+from tests.integration.front_confs import APACHE_HEAD, APACHE_KEEPALIVE
 
 APACHE = "/usr/sbin/apache2"
 APACHE_MODULES = "/usr/lib/apache2/modules"
 
 
-APACHE_CONF = """\
-ServerRoot "{root}"
-DefaultRuntimeDir "{root}/run"
-PidFile "{root}/run/httpd.pid"
-Mutex file:{root}/run default
-ServerName localhost
-User www-data
-Group www-data
-ErrorLog "{root}/logs/error.log"
-LogLevel warn
-LoadModule mpm_event_module {mods}/mod_mpm_event.so
+# The head and keep-alive lines are the peer tests' (one source: tests/integration/front_confs.py).
+APACHE_CONF = APACHE_HEAD + """\
 {modules}
 # One child process: one mod_proxy connection pool per backend, as many connections as
 # threads; no access log (the front end's own cost stays small).
@@ -36,11 +28,7 @@ ThreadsPerChild {threads}
 MaxRequestWorkers {threads}
 MinSpareThreads 1
 MaxSpareThreads {threads}
-Timeout {timeout}
-KeepAlive On
-MaxKeepAliveRequests 0
-KeepAliveTimeout 30
-LimitRequestBody 0
+""" + APACHE_KEEPALIVE + """\
 ProxyIOBufferSize 65536
 {vhosts}
 """
@@ -99,7 +87,8 @@ def apache_config(root, vhosts, timeout, threads=32, static=None, ports=None):
             seen.append(m)
     mods = "".join("LoadModule %s_module %s/mod_%s.so\n" % (
         m, APACHE_MODULES, m) for m in seen)
-    return APACHE_CONF.format(root=root, mods=APACHE_MODULES, modules=mods.rstrip("\n"),
+    return APACHE_CONF.format(root=root, mods=APACHE_MODULES, loglevel="warn",
+                              modules=mods.rstrip("\n"),
                               timeout=int(timeout), threads=threads,
                               thread_limit=max(64, threads), vhosts="".join(parts))
 

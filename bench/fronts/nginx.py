@@ -7,30 +7,13 @@ import os
 
 from bench.base import free_port
 from bench.fronts.front import Front
+from tests.integration.front_confs import nginx_config
 
 NGINX = "/usr/sbin/nginx"
 
 
-NGINX_CONF = """\
-daemon off;
-master_process on;
-worker_processes 1;
-user root root;
-error_log {root}/error.log warn;
-pid {root}/nginx.pid;
-worker_rlimit_nofile 4096;
-
-events {{
-    worker_connections 2048;
-}}
-
-http {{
-    access_log off;
-    client_body_temp_path {root}/tmp/client_body;
-    fastcgi_temp_path {root}/tmp/fastcgi;
-    proxy_temp_path {root}/tmp/proxy;
-    uwsgi_temp_path {root}/tmp/uwsgi;
-    scgi_temp_path {root}/tmp/scgi;
+# The http block; the frame around it is the peer tests' (tests/integration/front_confs.py).
+NGINX_HTTP = """\
     client_max_body_size 0;
     keepalive_requests 1000000;
     keepalive_timeout 60s;
@@ -50,7 +33,6 @@ http {{
             proxy_set_header Connection "";
         }}
     }}
-}}
 """
 
 
@@ -146,8 +128,11 @@ class Nginx(Front):
         self.ports["static"] = free_port()
         self.conf = os.path.join(self.root, "nginx.conf")
         with open(self.conf, "w") as f:
-            f.write(NGINX_CONF.format(root=self.root, servers="".join(servers),
-                                      static_port=self.ports["static"]))
+            f.write(nginx_config(
+                self.root, NGINX_HTTP.format(root=self.root, servers="".join(servers),
+                                             static_port=self.ports["static"]),
+                worker_connections=2048, user="root root", error_level="warn",
+                access_log=False, main="worker_rlimit_nofile 4096;"))
 
     def start(self):
         return self._start([NGINX, "-p", self.root, "-c", self.conf, "-e",

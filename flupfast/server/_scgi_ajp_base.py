@@ -27,11 +27,50 @@ def install_console_handler(logger_name):
     return console
 
 
+def init_doc(*paragraphs):
+    """An ``__init__`` docstring from paragraphs, laid out as flup's (``help()`` shows the
+    same text)."""
+    body = '\n\n'.join('\n'.join(('        ' + line) if line else ''
+                                 for line in p.split('\n')) for p in paragraphs)
+    return '\n' + body + '\n        '
+
+
+# The paragraphs of flup's SCGI and AJP __init__ docstrings that say the same.
+ENVIRON_DOC = """environ, which must be a dictionary, can contain any additional environment
+variables you want to pass to your application."""
+THREADS_DOC = """Set multithreaded to False if your application is not thread-safe.
+
+Set multiprocess to True to explicitly set wsgi.multiprocess to True. (Only makes
+sense with threaded servers.)"""
+ALLOWED_DOC = """allowedServers must be None or a list of strings representing the IP addresses of
+servers allowed to connect. None means accept connections from anywhere."""
+ALLOWED_DEFAULT_DOC = ALLOWED_DOC + """ By default,
+it is a list containing the single item '127.0.0.1'."""
+LOGGING_DOC = "loggingLevel sets the logging level of the module-level logger."
+
+# run()'s docstring in flup's SCGI and AJP front ends (threaded and prefork), and in the single
+# ones (which have no SIGQUIT handler).
+FRONT_RUN_DOC = """
+        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGQUIT, SIGTERM
+        cause it to cleanup and return. (If a SIGHUP is caught, this method returns True.
+        Returns False otherwise.)
+        """
+SINGLE_RUN_DOC = """
+        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGTERM cause it
+        to cleanup and return. (If a SIGHUP is caught, this method returns True. Returns
+        False otherwise.)
+        """
+
+
 class SCGIAJPServerBase(object):
     """The part of BaseSCGIServer and BaseAJPServer that is the same in both (flup wrote it
     twice, in scgi_base and ajp_base)."""
 
     LoggerName = None  # set by the protocol base
+    _connectionClass = None  # the job the modes run per accepted socket; set likewise
+
+    # The front ends (server/_front.py) pass every keyword of ours by name.
+    _frontKeywordsInKw = ()
 
     # A Unix socket's owner ("user", "user:group", ":group") and mode (e.g. 0o660), set before
     # it listens (PHP-FPM's listen.owner, listen.group, listen.mode); None leaves what the
@@ -60,6 +99,11 @@ class SCGIAJPServerBase(object):
         self.logger = logging.getLogger(self.LoggerName)
         self.logger.setLevel(loggingLevel)
         self.bind_error = None  # the OSError that stopped run(), for the command line
+
+    def _connectionConfig(self):
+        """The connections' settings object, built once per run() and passed to each
+        connection after (server, timeout); None: the protocol has none (SCGI)."""
+        return None
 
     def _setupSocket(self):
         """Creates and binds the socket for communication with the server: a str is a Unix

@@ -5,8 +5,11 @@
 """
 import logging
 
-from flupfast.server.ajp_base import BaseAJPServer, Connection
+from flupfast.server.ajp_base import BaseAJPServer, FRONT_INIT_DOC
+from flupfast.server.ajp_base import Connection  # noqa: F401  (flup's name)
 from flupfast.server.threadedserver import ThreadedServer
+from flupfast.server._scgi_ajp_base import FRONT_RUN_DOC
+from flupfast.server._front import assemble, front_run
 
 __all__ = ['WSGIServer']
 
@@ -19,35 +22,8 @@ class WSGIServer(BaseAJPServer, ThreadedServer):
     def __init__(self, application, scriptName='', environ=None, multithreaded=True,
                  multiprocess=False, bindAddress=('localhost', 8009), allowedServers=None,
                  loggingLevel=logging.INFO, debug=False, **kw):
-        """
-        scriptName is the initial portion of the URL path that "belongs" to your
-        application. It is used to determine PATH_INFO (which doesn't seem to be passed in).
-        An empty scriptName means your application is mounted at the root of your virtual
-        host.
+        assemble(self, BaseAJPServer, ThreadedServer, locals())
 
-        environ, which must be a dictionary, can contain any additional environment
-        variables you want to pass to your application.
+    __init__.__doc__ = FRONT_INIT_DOC
 
-        bindAddress is the address to bind to: a 2-tuple (host, port) is IPv4, a 4-tuple
-        IPv6 (flup: IPv4 only).
-
-        allowedServers must be None or a list of strings representing the IP addresses of
-        servers allowed to connect. None means accept connections from anywhere.
-
-        loggingLevel sets the logging level of the module-level logger.
-        """
-        BaseAJPServer.__init__(self, application, scriptName=scriptName, environ=environ,
-                               multithreaded=multithreaded, multiprocess=multiprocess,
-                               bindAddress=bindAddress, allowedServers=allowedServers,
-                               loggingLevel=loggingLevel, debug=debug)
-        self._startMode(ThreadedServer, Connection, (self, None), kw)
-
-    def run(self):
-        """
-        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGQUIT, SIGTERM
-        cause it to cleanup and return. (If a SIGHUP is caught, this method returns True.
-        Returns False otherwise.)
-        """
-        # flup skips shutdown() here because kept AJP connections would block it forever;
-        # ours waits a bounded time for running requests, then leaves idle connections.
-        return self._runServer(ThreadedServer)
+    run = front_run(ThreadedServer, FRONT_RUN_DOC)

@@ -20,6 +20,7 @@ from flupfast.protocols.ajp import (  # noqa: F401  (flup's module-level names)
 from flupfast.server._blocking_io import recv_exactly, recvall, sendall
 from flupfast.protocols.errors import AJPError
 from flupfast.server import NoDefault
+from flupfast.server import _scgi_ajp_base as shared
 from flupfast.server._scgi_ajp_base import SCGIAJPServerBase, install_console_handler
 
 __all__ = ['BaseAJPServer']
@@ -117,6 +118,17 @@ class Connection(_ajp.AJPConnection):
     (flup's ``ajp_base.Connection``; the job the modes run per accepted socket)."""
 
 
+_SCRIPT_NAME_DOC = """scriptName is the initial portion of the URL path that "belongs" to your
+application. It is used to determine PATH_INFO (which doesn't seem to be passed in).
+An empty scriptName means your application is mounted at the root of your virtual
+host."""
+
+# __init__'s docstring in flup's threaded and prefork AJP front ends.
+FRONT_INIT_DOC = shared.init_doc(_SCRIPT_NAME_DOC, shared.ENVIRON_DOC, """\
+bindAddress is the address to bind to: a 2-tuple (host, port) is IPv4, a 4-tuple
+IPv6 (flup: IPv4 only).""", shared.ALLOWED_DOC, shared.LOGGING_DOC)
+
+
 class BaseAJPServer(SCGIAJPServerBase):
     """The AJP13 protocol side of the servers (flup's ``ajp_base.BaseAJPServer``): hooks,
     environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
@@ -125,6 +137,7 @@ class BaseAJPServer(SCGIAJPServerBase):
     # What Request class to use.
     requestClass = Request
     LoggerName = LoggerName
+    _connectionClass = Connection
 
     # flup's input buffer shrink point; flupfast's stream compacts by its own rule, but the
     # attribute stays for subclasses that read or set it.
@@ -143,31 +156,17 @@ class BaseAJPServer(SCGIAJPServerBase):
     def __init__(self, application, scriptName='', environ=None, multithreaded=True,
                  multiprocess=False, bindAddress=('localhost', 8009), allowedServers=NoDefault,
                  loggingLevel=logging.INFO, debug=False):
-        """
-        scriptName is the initial portion of the URL path that "belongs" to your
-        application. It is used to determine PATH_INFO (which doesn't seem to be passed in).
-        An empty scriptName means your application is mounted at the root of your virtual
-        host.
-
-        environ, which must be a dictionary, can contain any additional environment
-        variables you want to pass to your application.
-
-        Set multithreaded to False if your application is not thread-safe.
-
-        Set multiprocess to True to explicitly set wsgi.multiprocess to True. (Only makes
-        sense with threaded servers.)
-
-        bindAddress is the address to bind to: a 2-tuple (host, port) is IPv4, a 4-tuple
-        (host, port, flowinfo, scope_id) IPv6 (flup: IPv4 only), a string a Unix socket.
-
-        allowedServers must be None or a list of strings representing the IP addresses of
-        servers allowed to connect. None means accept connections from anywhere. By default,
-        it is a list containing the single item '127.0.0.1'.
-
-        loggingLevel sets the logging level of the module-level logger.
-        """
         self._init_common(application, scriptName, environ, multithreaded, multiprocess,
                           bindAddress, None, allowedServers, loggingLevel, debug, NoDefault)
+
+    __init__.__doc__ = shared.init_doc(_SCRIPT_NAME_DOC, shared.ENVIRON_DOC, shared.THREADS_DOC, """\
+bindAddress is the address to bind to: a 2-tuple (host, port) is IPv4, a 4-tuple
+(host, port, flowinfo, scope_id) IPv6 (flup: IPv4 only), a string a Unix socket.""",
+                                shared.ALLOWED_DEFAULT_DOC, shared.LOGGING_DOC)
+
+    def _connectionConfig(self):
+        """The connections' settings, read from ``packetSize`` once per run()."""
+        return _ajp.AJPConfig(self.packetSize)
 
     def _isSecretValid(self, secret):
         expected = self.secret

@@ -5,8 +5,11 @@ debugging.
 """
 import logging
 
-from flupfast.server.ajp_base import BaseAJPServer, Connection
+from flupfast.server.ajp_base import BaseAJPServer
+from flupfast.server.ajp_base import Connection  # noqa: F401  (flup's name)
 from flupfast.server.singleserver import SingleServer
+from flupfast.server._scgi_ajp_base import SINGLE_RUN_DOC
+from flupfast.server._front import assemble, front_run
 
 __all__ = ['WSGIServer']
 
@@ -20,16 +23,6 @@ class WSGIServer(BaseAJPServer, SingleServer):
                  loggingLevel=logging.INFO, debug=False, **kw):
         """The arguments are those of ``flupfast.server.ajp.WSGIServer`` without the thread
         pool's."""
-        BaseAJPServer.__init__(self, application, scriptName=scriptName, environ=environ,
-                               multithreaded=False, multiprocess=False,
-                               bindAddress=bindAddress, allowedServers=allowedServers,
-                               loggingLevel=loggingLevel, debug=debug)
-        self._startMode(SingleServer, Connection, (self, None), kw)
+        assemble(self, BaseAJPServer, SingleServer, locals())
 
-    def run(self):
-        """
-        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGTERM cause it
-        to cleanup and return. (If a SIGHUP is caught, this method returns True. Returns
-        False otherwise.)
-        """
-        return self._runServer(SingleServer)
+    run = front_run(SingleServer, SINGLE_RUN_DOC)

@@ -3,8 +3,10 @@
     from flupfast.server.fcgi import WSGIServer
     WSGIServer(app, bindAddress=('127.0.0.1', 9000)).run()
 """
-from flupfast.server.fcgi_base import FCGI_RESPONDER, BaseFCGIServer
+from flupfast.server.fcgi_base import (FCGI_RESPONDER, FRONT_INIT_DOC, FRONT_RUN_DOC,
+                                       BaseFCGIServer)
 from flupfast.server.threadedserver import ThreadedServer
+from flupfast.server._front import assemble, front_run
 
 __all__ = ['WSGIServer']
 
@@ -16,25 +18,8 @@ class WSGIServer(BaseFCGIServer, ThreadedServer):
     def __init__(self, application, environ=None, multithreaded=True, multiprocess=False,
                  bindAddress=None, umask=None, multiplexed=False, debug=False,
                  roles=(FCGI_RESPONDER,), forceCGI=False, **kw):
-        """
-        environ, if present, must be a dictionary-like object. Its contents will be copied
-        into application's environ. Useful for passing application-specific variables.
+        assemble(self, BaseFCGIServer, ThreadedServer, locals())
 
-        bindAddress, if present, must either be a string or a tuple. If present, run() will
-        open its own listening socket: a string is a Unix socket path, a 2-tuple an IPv4
-        (host, port). Otherwise the web server's socket is inherited on fd 0.
+    __init__.__doc__ = FRONT_INIT_DOC
 
-        allowedServers (a keyword in ``**kw``, flupfast's addition) is None or a list of the
-        IP addresses allowed to connect, as for SCGI; FCGI_WEB_SERVER_ADDRS still applies.
-        """
-        BaseFCGIServer.__init__(self, application, environ=environ,
-                                multithreaded=multithreaded, multiprocess=multiprocess,
-                                bindAddress=bindAddress, umask=umask, multiplexed=multiplexed,
-                                debug=debug, roles=roles, forceCGI=forceCGI,
-                                allowedServers=kw.pop('allowedServers', None))
-        self._startMode(ThreadedServer, self._connectionClass, (self, None), kw)
-
-    def run(self):
-        """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
-        received, False otherwise."""
-        return self._runServer(ThreadedServer)
+    run = front_run(ThreadedServer, FRONT_RUN_DOC)

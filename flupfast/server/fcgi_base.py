@@ -135,7 +135,7 @@ class OutputStream(_connection.StderrStream):
     """
 
     def __init__(self, conn, req, type, buffered=False):
-        super().__init__(conn, req)
+        super().__init__(conn, req._io)
         self.record_type = type
         self._buffered = buffered
 
@@ -183,18 +183,20 @@ class Connection(_connection.FastCGIConnection):
     """A FastCGI connection serving one request at a time, answering FCGI_CANT_MPX_CONN to a
     second (flup's ``fcgi_base.Connection``; the job the modes run per accepted socket)."""
 
-    def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr, server, timeout)
+    def __init__(self, sock, addr, server, timeout=None, config=None):
+        super().__init__(sock, addr, server, timeout, config)
         self.multiplexed = False
+        self.can_park = True
 
 
 class MultiplexedConnection(_connection.FastCGIConnection):
     """A multiplexed FastCGI connection: each request runs in its own thread (flup's
     ``fcgi_base.MultiplexedConnection``, chosen by ``multiplexed=True``)."""
 
-    def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr, server, timeout)
+    def __init__(self, sock, addr, server, timeout=None, config=None):
+        super().__init__(sock, addr, server, timeout, config)
         self.multiplexed = True
+        self.can_park = False
 
 
 def decode_pair(s, pos=0):
@@ -250,6 +252,7 @@ class CGIRequest(Request):
     request (flup's ``fcgi_base.CGIRequest``, fcgi_base.py:607-629)."""
 
     def __init__(self, server):
+        self._io = _connection.RequestIO()
         self.requestId = 1
         self.role = FCGI_RESPONDER
         self.flags = 0
@@ -279,6 +282,22 @@ def _rlimit(name, fallback=100):
     return limit if limit >= 0 else 65535
 
 
+# __init__'s and run()'s docstrings in flup's three FastCGI front ends.
+FRONT_INIT_DOC = """
+        environ, if present, must be a dictionary-like object. Its contents will be copied
+        into application's environ. Useful for passing application-specific variables.
+
+        bindAddress, if present, must either be a string or a tuple. If present, run() will
+        open its own listening socket: a string is a Unix socket path, a 2-tuple an IPv4
+        (host, port). Otherwise the web server's socket is inherited on fd 0.
+
+        allowedServers (a keyword in ``**kw``, flupfast's addition) is None or a list of the
+        IP addresses allowed to connect, as for SCGI; FCGI_WEB_SERVER_ADDRS still applies.
+        """
+FRONT_RUN_DOC = """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
+        received, False otherwise."""
+
+
 class BaseFCGIServer(object):
     """The FastCGI protocol side of the servers (flup's ``fcgi_base.BaseFCGIServer``):
     hooks, environ, error page and the CGI fallback; front ends mix in a mode
@@ -286,6 +305,9 @@ class BaseFCGIServer(object):
 
     request_class = Request
     cgirequest_class = CGIRequest
+
+    # flupfast's keyword that flup's front end signatures lack: it comes in their ``**kw``.
+    _frontKeywordsInKw = ('allowedServers',)
 
     # Bytes per written record, header included. flup writes 8 KiB records for mod_fastcgi's
     # small buffers; nginx and Apache take 64 KiB records, 8x fewer headers and syscalls.
@@ -351,6 +373,11 @@ class BaseFCGIServer(object):
             FCGI_MAX_REQS: max_reqs,
             FCGI_MPXS_CONNS: 1 if multiplexed else 0,
         }
+
+    def _connectionConfig(self):
+        """The connections' settings, read from the attributes once per run() (a subclass or
+        the caller may set them between construction and run())."""
+        return _connection.FastCGIConfig(self.multiplexed, self.maxwrite, self.capability)
 
     # -- socket ----------------------------------------------------------------------------
 

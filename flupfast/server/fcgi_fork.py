@@ -4,8 +4,10 @@
     WSGIServer(app, bindAddress='/run/app.sock', maxChildren=8).run()
 """
 from flupfast.server.fcgi_base import (FCGI_MAX_CONNS, FCGI_MAX_REQS, FCGI_MPXS_CONNS,
-                                       FCGI_RESPONDER, BaseFCGIServer, _rlimit)
+                                       FCGI_RESPONDER, FRONT_INIT_DOC, FRONT_RUN_DOC,
+                                       BaseFCGIServer, _rlimit)
 from flupfast.server.preforkserver import PreforkServer
+from flupfast.server._front import assemble, front_run
 
 __all__ = ['WSGIServer']
 
@@ -18,24 +20,7 @@ class WSGIServer(BaseFCGIServer, PreforkServer):
     def __init__(self, application, environ=None, bindAddress=None, umask=None,
                  multiplexed=False, debug=False, roles=(FCGI_RESPONDER,), forceCGI=False,
                  timeout=None, **kw):
-        """
-        environ, if present, must be a dictionary-like object. Its contents will be copied
-        into application's environ. Useful for passing application-specific variables.
-
-        bindAddress, if present, must either be a string or a tuple. If present, run() will
-        open its own listening socket: a string is a Unix socket path, a 2-tuple an IPv4
-        (host, port). Otherwise the web server's socket is inherited on fd 0.
-
-        allowedServers (a keyword in ``**kw``, flupfast's addition) is None or a list of the
-        IP addresses allowed to connect, as for SCGI; FCGI_WEB_SERVER_ADDRS still applies.
-        """
-        BaseFCGIServer.__init__(self, application, environ=environ, multithreaded=False,
-                                multiprocess=True, bindAddress=bindAddress, umask=umask,
-                                multiplexed=multiplexed, debug=debug, roles=roles,
-                                forceCGI=forceCGI, allowedServers=kw.pop('allowedServers', None))
-        # flup drops multithreaded, multiprocess, jobClass and jobArgs silently (fcgi_fork.py:99).
-        self._startMode(PreforkServer, self._connectionClass, (self, timeout), kw,
-                        ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'))
+        assemble(self, BaseFCGIServer, PreforkServer, locals())
         max_conns = min(_rlimit('RLIMIT_NOFILE'), _rlimit('RLIMIT_NPROC'))
         self.capability = {
             FCGI_MAX_CONNS: max_conns,
@@ -43,7 +28,6 @@ class WSGIServer(BaseFCGIServer, PreforkServer):
             FCGI_MPXS_CONNS: 0,
         }
 
-    def run(self):
-        """The main loop. Exits on SIGHUP, SIGINT, SIGTERM. Returns True if SIGHUP was
-        received, False otherwise."""
-        return self._runServer(PreforkServer)
+    __init__.__doc__ = FRONT_INIT_DOC
+
+    run = front_run(PreforkServer, FRONT_RUN_DOC)

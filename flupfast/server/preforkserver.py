@@ -31,6 +31,10 @@ class PreforkServer(_ModeFacade):
     damage of bad connectivity.
     """
 
+    _frontFlags = {'multithreaded': False, 'multiprocess': True}
+    # flup's prefork front ends drop these silently (fcgi_fork.py:99).
+    _frontIgnored = ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs')
+
     def __init__(self, minSpare=1, maxSpare=5, maxChildren=50, maxRequests=0, sockTimeout=0,
                  jobClass=None, jobArgs=()):
         # flup's checks and messages (preforkserver.py:113-119).

@@ -16,6 +16,7 @@ from flupfast.output import CGIResponder
 from flupfast.protocols.errors import SCGIError
 from flupfast.server import NoDefault
 from flupfast.server._blocking_io import recvall
+from flupfast.server import _scgi_ajp_base as shared
 from flupfast.server._scgi_ajp_base import SCGIAJPServerBase, install_console_handler
 
 __all__ = ['BaseSCGIServer']
@@ -88,6 +89,16 @@ class StdoutWrapper(object):
         return getattr(self._file, name)
 
 
+# __init__'s docstring in flup's threaded and prefork SCGI front ends.
+FRONT_INIT_DOC = shared.init_doc("""\
+scriptName is the initial portion of the URL path that "belongs" to your
+application; left at NoDefault, SCRIPT_NAME and PATH_INFO come from the web server.""",
+                          shared.ENVIRON_DOC, """\
+bindAddress is the address to bind to: a string is a Unix socket path (umask
+applies while it is created); a 2-tuple (host, port) is IPv4; a 4-tuple IPv6.""",
+                          shared.ALLOWED_DOC, shared.LOGGING_DOC)
+
+
 class BaseSCGIServer(SCGIAJPServerBase):
     """The SCGI protocol side of the servers (flup's ``scgi_base.BaseSCGIServer``): hooks,
     environ and error page; front ends mix in a mode (``ThreadedServer``, ``PreforkServer``,
@@ -96,36 +107,24 @@ class BaseSCGIServer(SCGIAJPServerBase):
     # What Request class to use.
     requestClass = Request
     LoggerName = LoggerName
+    _connectionClass = Connection
 
     def __init__(self, application, scriptName=NoDefault, environ=None, multithreaded=True,
                  multiprocess=False, bindAddress=('localhost', 4000), umask=None,
                  allowedServers=NoDefault, loggingLevel=logging.INFO, debug=False):
-        """
-        scriptName is the initial portion of the URL path that "belongs" to your
-        application. It is used to determine PATH_INFO (which doesn't seem to be passed in).
-        An empty scriptName means your application is mounted at the root of your virtual
-        host. Left at NoDefault, SCRIPT_NAME and PATH_INFO come from the web server.
-
-        environ, which must be a dictionary, can contain any additional environment
-        variables you want to pass to your application.
-
-        Set multithreaded to False if your application is not thread-safe.
-
-        Set multiprocess to True to explicitly set wsgi.multiprocess to True. (Only makes
-        sense with threaded servers.)
-
-        bindAddress is the address to bind to: a string is a Unix socket path; a 2-tuple
-        (host, port) is IPv4; a 4-tuple (host, port, flowinfo, scope_id) is IPv6. If binding
-        to a Unix socket, umask may be set to the umask in force while the socket is created.
-
-        allowedServers must be None or a list of strings representing the IP addresses of
-        servers allowed to connect. None means accept connections from anywhere. By default,
-        it is a list containing the single item '127.0.0.1'.
-
-        loggingLevel sets the logging level of the module-level logger.
-        """
         self._init_common(application, scriptName, environ, multithreaded, multiprocess,
                           bindAddress, umask, allowedServers, loggingLevel, debug, NoDefault)
+
+    __init__.__doc__ = shared.init_doc("""\
+scriptName is the initial portion of the URL path that "belongs" to your
+application. It is used to determine PATH_INFO (which doesn't seem to be passed in).
+An empty scriptName means your application is mounted at the root of your virtual
+host. Left at NoDefault, SCRIPT_NAME and PATH_INFO come from the web server.""",
+                                shared.ENVIRON_DOC, shared.THREADS_DOC, """\
+bindAddress is the address to bind to: a string is a Unix socket path; a 2-tuple
+(host, port) is IPv4; a 4-tuple (host, port, flowinfo, scope_id) is IPv6. If binding
+to a Unix socket, umask may be set to the umask in force while the socket is created.""",
+                                shared.ALLOWED_DEFAULT_DOC, shared.LOGGING_DOC)
 
     def handler(self, request):
         """WSGI handler. Sets up WSGI environment, calls the application, and sends the

@@ -7,7 +7,10 @@ import logging
 
 from flupfast.server import NoDefault
 from flupfast.server.preforkserver import PreforkServer
-from flupfast.server.scgi_base import BaseSCGIServer, Connection
+from flupfast.server.scgi_base import BaseSCGIServer, FRONT_INIT_DOC
+from flupfast.server.scgi_base import Connection  # noqa: F401  (flup's name)
+from flupfast.server._scgi_ajp_base import FRONT_RUN_DOC
+from flupfast.server._front import assemble, front_run
 
 __all__ = ['WSGIServer']
 
@@ -20,34 +23,8 @@ class WSGIServer(BaseSCGIServer, PreforkServer):
     def __init__(self, application, scriptName=NoDefault, environ=None,
                  bindAddress=('localhost', 4000), umask=None, allowedServers=None,
                  loggingLevel=logging.INFO, debug=False, timeout=None, **kw):
-        """
-        scriptName is the initial portion of the URL path that "belongs" to your
-        application; left at NoDefault, SCRIPT_NAME and PATH_INFO come from the web server.
+        assemble(self, BaseSCGIServer, PreforkServer, locals())
 
-        environ, which must be a dictionary, can contain any additional environment
-        variables you want to pass to your application.
+    __init__.__doc__ = FRONT_INIT_DOC
 
-        bindAddress is the address to bind to: a string is a Unix socket path (umask
-        applies while it is created); a 2-tuple (host, port) is IPv4; a 4-tuple IPv6.
-
-        allowedServers must be None or a list of strings representing the IP addresses of
-        servers allowed to connect. None means accept connections from anywhere.
-
-        loggingLevel sets the logging level of the module-level logger.
-        """
-        BaseSCGIServer.__init__(self, application, scriptName=scriptName, environ=environ,
-                                multithreaded=False, multiprocess=True,
-                                bindAddress=bindAddress, umask=umask,
-                                allowedServers=allowedServers, loggingLevel=loggingLevel,
-                                debug=debug)
-        # flup drops multithreaded, multiprocess, jobClass and jobArgs silently.
-        self._startMode(PreforkServer, Connection, (self, timeout), kw,
-                        ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs'))
-
-    def run(self):
-        """
-        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGQUIT, SIGTERM
-        cause it to cleanup and return. (If a SIGHUP is caught, this method returns True.
-        Returns False otherwise.)
-        """
-        return self._runServer(PreforkServer)
+    run = front_run(PreforkServer, FRONT_RUN_DOC)

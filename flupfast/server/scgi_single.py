@@ -5,8 +5,11 @@ its FastCGI sibling ``fcgi_single`` has the same shape.
 import logging
 
 from flupfast.server import NoDefault
-from flupfast.server.scgi_base import BaseSCGIServer, Connection
+from flupfast.server.scgi_base import BaseSCGIServer
+from flupfast.server.scgi_base import Connection  # noqa: F401  (flup's name)
 from flupfast.server.singleserver import SingleServer
+from flupfast.server._scgi_ajp_base import SINGLE_RUN_DOC
+from flupfast.server._front import assemble, front_run
 
 __all__ = ['WSGIServer']
 
@@ -20,17 +23,6 @@ class WSGIServer(BaseSCGIServer, SingleServer):
                  loggingLevel=logging.INFO, debug=False, **kw):
         """The arguments are those of ``flupfast.server.scgi.WSGIServer`` without the
         thread pool's."""
-        BaseSCGIServer.__init__(self, application, scriptName=scriptName, environ=environ,
-                                multithreaded=False, multiprocess=False,
-                                bindAddress=bindAddress, umask=umask,
-                                allowedServers=allowedServers, loggingLevel=loggingLevel,
-                                debug=debug)
-        self._startMode(SingleServer, Connection, (self, None), kw)
+        assemble(self, BaseSCGIServer, SingleServer, locals())
 
-    def run(self):
-        """
-        Main loop. Call this after instantiating WSGIServer. SIGHUP, SIGINT, SIGTERM cause it
-        to cleanup and return. (If a SIGHUP is caught, this method returns True. Returns
-        False otherwise.)
-        """
-        return self._runServer(SingleServer)
+    run = front_run(SingleServer, SINGLE_RUN_DOC)

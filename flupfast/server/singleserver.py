@@ -62,20 +62,27 @@ class _ModeFacade(object):
     # -- what the nine protocol servers share ---------------------------------------------------
 
     # Whether a protocol server's run() ends with shutdown() (the threaded mode: a bounded wait
-    # for its running jobs).
+    # for its running jobs). flup's AJP front ends skip it, because kept AJP connections would
+    # block it forever; ours waits a bounded time for running requests, then leaves idle ones.
     _shutdownAfterRun = False
 
     # The status page's board (flupfast.ops.workers), when ``statusPath`` was given.
     _statusBoard = None
 
-    def _startMode(self, mode_server, job_class, job_args, kw, dropped=('jobClass', 'jobArgs')):
+    # What the mode fixes of a protocol server's flags (server/_front.py ``assemble``), and the
+    # keywords its front ends ignore, as flup's do.
+    _frontFlags = {}
+    _frontIgnored = ('jobClass', 'jobArgs')
+
+    def _startMode(self, mode_server, job_class, job_args, kw):
         """Build ``mode_server`` (the mode facade a protocol server derives from) to run
-        ``job_class(sock, addr, *job_args)``; flup's keywords in ``dropped`` are ignored, as
-        flup ignores them. ``statusPath`` (flupfast's addition, e.g. '/fpm-status') answers
-        PHP-FPM's status page there, before the application."""
-        for key in dropped:
+        ``job_class(sock, addr, *job_args)``; flup's keywords in its ``_frontIgnored`` are
+        ignored, as flup ignores them. ``statusPath`` (flupfast's addition, e.g. '/fpm-status')
+        answers PHP-FPM's status page there, before the application."""
+        for key in mode_server._frontIgnored:
             kw.pop(key, None)
         status_path = kw.pop('statusPath', None)
+        self._frontJobArgs = tuple(job_args)
         mode_server.__init__(self, jobClass=job_class, jobArgs=job_args, **kw)
         if status_path is not None:
             self._statusBoard = self._makeStatusBoard()
@@ -84,7 +91,10 @@ class _ModeFacade(object):
 
     def _runServer(self, mode_server):
         """A protocol server's run(): its protocol's front-end run (``_run_front``: socket,
-        logging, allow-lists) around ``mode_server``'s loop."""
+        logging, allow-lists) around ``mode_server``'s loop. The connections get their
+        settings as one object built here (``_connectionConfig``), after the job arguments."""
+        config = self._connectionConfig()
+        self._jobArgs = self._frontJobArgs + (() if config is None else (config,))
         try:
             return self._run_front(mode_server.run)
         finally:
@@ -158,6 +168,8 @@ class _AcceptLoopFacade(_ModeFacade):
 class SingleServer(_AcceptLoopFacade):
     """The single mode (flup's ``singleserver.SingleServer``): one connection at a time, in
     the thread that calls run()."""
+
+    _frontFlags = {'multithreaded': False, 'multiprocess': False}
 
     def __init__(self, jobClass=None, jobArgs=(), **kw):
         # flup's singleserver takes **kw and ignores what it does not know; so do we.

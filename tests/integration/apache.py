@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from tests.integration.backend_process import free_port
+from tests.integration.front_confs import APACHE_HEAD, APACHE_KEEPALIVE
 from tests.integration.fronts import ConnCountingProxy, Front
 from tests.integration.probe_script import FCGID_SCRIPT, write_probe_script
 from tests.integration.processes import (IO_TIMEOUT, SYSTEM_PYTHON, ManagedProcess, make_tempdir,
@@ -15,17 +16,7 @@ from tests.integration.processes import (IO_TIMEOUT, SYSTEM_PYTHON, ManagedProce
 APACHE = "/usr/sbin/apache2"
 APACHE_MODULES = Path("/usr/lib/apache2/modules")
 
-APACHE_BASE_CONF = """\
-ServerRoot "{root}"
-DefaultRuntimeDir "{root}/run"
-PidFile "{root}/run/httpd.pid"
-Mutex file:{root}/run default
-ServerName localhost
-User www-data
-Group www-data
-ErrorLog "{root}/logs/error.log"
-LogLevel {loglevel}
-LoadModule mpm_event_module {mods}/mod_mpm_event.so
+APACHE_BASE_CONF = APACHE_HEAD + """\
 LoadModule authz_core_module {mods}/mod_authz_core.so
 LoadModule mime_module {mods}/mod_mime.so
 LoadModule headers_module {mods}/mod_headers.so
@@ -44,12 +35,7 @@ ThreadsPerChild 16
 MaxRequestWorkers 16
 MinSpareThreads 1
 MaxSpareThreads 16
-Timeout {timeout}
-KeepAlive On
-MaxKeepAliveRequests 0
-KeepAliveTimeout 30
-LimitRequestBody 0
-
+""" + APACHE_KEEPALIVE + """
 DocumentRoot "{root}/htdocs"
 <Directory />
     Require all denied

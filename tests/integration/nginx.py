@@ -4,44 +4,12 @@ test.
 """
 
 from tests.integration.backend_process import free_port
+from tests.integration.front_confs import NGINX_FRAME, nginx_config  # noqa: F401
 from tests.integration.fronts import ConnCountingProxy, Front
 from tests.integration.processes import (IO_TIMEOUT, ManagedProcess, make_tempdir, require,
                                          require_root, start_backend, wait_until_connectable)
 
 NGINX = "/usr/sbin/nginx"
-
-# How every test nginx begins: in the foreground, one worker process, its pid, logs and temp
-# files under ``root``; ``http`` is the rest of the http block (see nginx_config).
-NGINX_FRAME = """\
-daemon off;
-master_process {master};
-worker_processes 1;
-{user}
-error_log {root}/error.log info;
-pid {root}/nginx.pid;
-
-events {{
-    worker_connections {worker_connections};
-}}
-
-http {{
-    access_log {root}/access.log;
-    client_body_temp_path {root}/tmp/client_body;
-    fastcgi_temp_path {root}/tmp/fastcgi;
-    proxy_temp_path {root}/tmp/proxy;
-    uwsgi_temp_path {root}/tmp/uwsgi;
-    scgi_temp_path {root}/tmp/scgi;
-{http}}}
-"""
-
-
-def nginx_config(root, http, master_process=True, worker_connections=512):
-    """A whole nginx.conf: NGINX_FRAME around ``http`` (already formatted). With a master
-    process nginx runs its workers as www-data; without one everything runs as the caller."""
-    return NGINX_FRAME.format(root=root, http=http, worker_connections=worker_connections,
-                              master="on" if master_process else "off",
-                              user="user www-data www-data;" if master_process else "")
-
 
 def _prepare(name):
     """Skip unless nginx and root are there; (a temp dir with its tmp/, a port, a counted port)."""

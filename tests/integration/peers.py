@@ -25,7 +25,8 @@ from tests.integration.processes import (IO_TIMEOUT, REPO, SYSTEM_PYTHON, Manage
                                          require_root, start_backend, tail, wait_for_log,
                                          wait_until_connectable)
 from tests.integration.scenarios import (BIG, CHUNKED, FLUP_SCGI_UNBOUNDED_INPUT, MEDIUM,
-                                         SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, check_upload,
+                                         SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ScgiSmoke,
+                                         check_upload, front_fixture,
                                          expected_sha256, front_logs_hold, latin1_of_utf8,
                                          probe, upload, upload_limit)
 
@@ -34,8 +35,8 @@ __all__ = [
     "FLUP_SCGI_UNBOUNDED_INPUT", "IO_TIMEOUT", "MEDIUM", "NGINX", "NGINX_FRAME", "REPO",
     "SCGI_FLUP_BUGS", "SYSTEM_PYTHON",
     "ConnCountingProxy", "Front", "FrontSuite", "HTTPClient", "ManagedProcess", "Response",
-    "ScgiChecks", "ServerSpec", "_start_apache", "apache_canonenc", "check_upload",
-    "expected_sha256", "fcgid_venv", "free_port", "front_logs_hold", "is_connection_error",
+    "ScgiChecks", "ScgiSmoke", "ServerSpec", "_start_apache", "apache_canonenc", "check_upload",
+    "expected_sha256", "fcgid_venv", "front_fixture", "free_port", "front_logs_hold", "is_connection_error",
     "latin1_of_utf8", "make_tempdir", "nginx_config", "probe", "raw_exchange", "raw_http",
     "remove_tempdir", "require", "require_root", "scgi_request", "start_apache_fcgid",
     "start_apache_proxy_ajp", "start_apache_proxy_fcgi", "start_apache_proxy_scgi",

@@ -428,3 +428,30 @@ class ScgiChecks:
                 assert (resp.status, resp.body) == (200, probe.HELLO), i
         assert front.counter.count() == n
         front.assert_alive()
+
+
+class ScgiSmoke:
+    """The smoke checks, bodies and errors of FrontSuite and ScgiChecks, for an SCGI front in
+    another mode or setting (fork and single modes, Apache's proxy-scgi-pathinfo): a suite
+    names the further checks its front supports."""
+
+    pytestmark = [pytest.mark.peer]
+    flup_bugs = SCGI_FLUP_BUGS
+    _known_flup_bugs = FrontSuite._known_flup_bugs
+    test_hello = FrontSuite.test_hello
+    test_environ_query_string = FrontSuite.test_environ_query_string
+    test_error_page = FrontSuite.test_error_page
+    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
+
+
+def front_fixture(start, **kwargs):
+    """A suite's class-scoped ``front``: ``start(server, **kwargs)``, stopped after the class;
+    a callable value of ``kwargs`` is called with the suite class first (e.g. its mode)."""
+    @pytest.fixture(scope="class")
+    @classmethod
+    def front(cls, server):
+        args = {key: value(cls) if callable(value) else value for key, value in kwargs.items()}
+        running = start(server, **args)
+        yield running
+        running.stop()
+    return front

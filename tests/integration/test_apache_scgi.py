@@ -9,8 +9,9 @@ Checks live in scenarios.FrontSuite and scenarios.ScgiChecks.
 """
 import pytest
 
-from .peers import (CHUNKED, SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, apache_canonenc,
-                    latin1_of_utf8, probe, start_apache_proxy_scgi, upload)
+from .peers import (CHUNKED, SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ScgiSmoke,
+                    apache_canonenc, front_fixture, latin1_of_utf8, probe,
+                    start_apache_proxy_scgi, upload)
 
 pytestmark = [pytest.mark.peer]
 
@@ -18,12 +19,7 @@ pytestmark = [pytest.mark.peer]
 class TestApacheScgi(ScgiChecks, FrontSuite):
     flup_bugs = SCGI_FLUP_BUGS
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_apache_proxy_scgi(server, pathinfo=False, name="apache-scgi")
-        yield front
-        front.stop()
+    front = front_fixture(start_apache_proxy_scgi, pathinfo=False, name="apache-scgi")
 
     @pytest.mark.parametrize("mode", ["read"])
     def test_chunked_upload(self, front, mode):
@@ -35,26 +31,12 @@ class TestApacheScgi(ScgiChecks, FrontSuite):
         front.assert_alive()
 
 
-class TestApacheScgiPathInfo:
+class TestApacheScgiPathInfo(ScgiSmoke):
     """``proxy-scgi-pathinfo``: Apache sends PATH_INFO = "/" + its re-encoded path. When that
     differs from the decoded path, Apache also leaves SCRIPT_NAME = the decoded path (its
     ap_find_path_info finds no match): the server must pass both through as sent."""
-    pytestmark = [pytest.mark.peer]
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_apache_proxy_scgi(server, pathinfo=True, name="apache-scgi-pathinfo")
-        yield front
-        front.stop()
-
-    flup_bugs = SCGI_FLUP_BUGS
-    _known_flup_bugs = FrontSuite._known_flup_bugs
-    test_hello = FrontSuite.test_hello
-    test_environ_query_string = FrontSuite.test_environ_query_string
-    test_error_page = FrontSuite.test_error_page
+    front = front_fixture(start_apache_proxy_scgi, pathinfo=True, name="apache-scgi-pathinfo")
     test_response_splitting_refused = FrontSuite.test_response_splitting_refused
-    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
 
     @pytest.mark.parametrize("wire, decoded", [
         ("/environ/caf%C3%A9/a%20b%21", latin1_of_utf8("/environ/café/a b!")),

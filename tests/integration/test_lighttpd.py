@@ -9,7 +9,7 @@ PATH_INFO = the decoded path. Checks live in scenarios.FrontSuite and scenarios.
 import pytest
 
 from .lighttpd import start_lighttpd
-from .peers import SCGI_FLUP_BUGS, FrontSuite, ScgiChecks
+from .peers import SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ScgiSmoke, front_fixture
 
 pytestmark = [pytest.mark.peer]
 
@@ -23,12 +23,7 @@ LIGHTTPD_FCGI_FLUP_BUGS = {"test_upload_modes[mode=readline65536]": (
 
 class TestLighttpdFastcgi(FrontSuite):
     flup_bugs = LIGHTTPD_FCGI_FLUP_BUGS
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_lighttpd(server, protocol="fcgi", name="lighttpd-fcgi")
-        yield front
-        front.stop()
+    front = front_fixture(start_lighttpd, protocol="fcgi", name="lighttpd-fcgi")
 
 
 class TestLighttpdFastcgiSpawn(FrontSuite):
@@ -36,41 +31,18 @@ class TestLighttpdFastcgiSpawn(FrontSuite):
     server, as for mod_fcgid) and stops it when it stops."""
     flup_bugs = LIGHTTPD_FCGI_FLUP_BUGS
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_lighttpd(server, protocol="fcgi", spawn=True, name="lighttpd-spawn")
-        yield front
-        front.stop()
+    front = front_fixture(start_lighttpd, protocol="fcgi", spawn=True, name="lighttpd-spawn")
 
 
 class TestLighttpdScgi(ScgiChecks, FrontSuite):
     flup_bugs = SCGI_FLUP_BUGS
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_lighttpd(server, protocol="scgi", name="lighttpd-scgi")
-        yield front
-        front.stop()
+    front = front_fixture(start_lighttpd, protocol="scgi", name="lighttpd-scgi")
 
 
-class TestLighttpdScgiForkMode:
+class TestLighttpdScgiForkMode(ScgiSmoke):
     """The smoke checks plus bodies and errors, for the fork mode."""
-    pytestmark = [pytest.mark.peer]
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_lighttpd(server, protocol="scgi", mode="fork", name="lighttpd-scgi-fork")
-        yield front
-        front.stop()
-
-    flup_bugs = SCGI_FLUP_BUGS
-    _known_flup_bugs = FrontSuite._known_flup_bugs
-    test_hello = FrontSuite.test_hello
-    test_environ_query_string = FrontSuite.test_environ_query_string
+    front = front_fixture(start_lighttpd, protocol="scgi", mode="fork",
+                          name="lighttpd-scgi-fork")
     test_chunked_upload = FrontSuite.test_chunked_upload
-    test_error_page = FrontSuite.test_error_page
-    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
     test_one_backend_connection_per_request = ScgiChecks.test_one_backend_connection_per_request

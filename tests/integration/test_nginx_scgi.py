@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from .peers import (SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ServerSpec, expected_sha256,
+from .peers import (SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ScgiSmoke, ServerSpec,
+                    front_fixture, expected_sha256,
                     free_port, latin1_of_utf8, make_tempdir, probe, raw_exchange, raw_http,
                     remove_tempdir, scgi_request, start_backend, start_nginx_scgi,
                     wait_for_log)
@@ -24,13 +25,8 @@ class NginxScgiSuite(ScgiChecks, FrontSuite):
     unix = False
     flup_bugs = SCGI_FLUP_BUGS
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_nginx_scgi(server, unix=cls.unix,
-                                 name="nginx-scgi-%s" % ("unix" if cls.unix else "tcp"))
-        yield front
-        front.stop()
+    front = front_fixture(start_nginx_scgi, unix=lambda cls: cls.unix,
+                          name=lambda cls: "nginx-scgi-%s" % ("unix" if cls.unix else "tcp"))
 
     @pytest.mark.parametrize("wire, decoded", [
         ("/environ/x", "/environ/x"),
@@ -94,27 +90,14 @@ class TestNginxScgiUnix(NginxScgiSuite):
             pytest.skip("covered over TCP: the transport does not change it")
 
 
-class _ScgiModeSuite:
-    """The smoke checks plus bodies and errors, for the fork mode."""
-    pytestmark = [pytest.mark.peer]
+class _ScgiModeSuite(ScgiSmoke):
+    """The smoke checks plus bodies and errors, for the fork and single modes."""
     mode = None
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_nginx_scgi(server, mode=cls.mode, name="nginx-scgi-%s" % cls.mode)
-        yield front
-        front.stop()
-
-    flup_bugs = SCGI_FLUP_BUGS
-    _known_flup_bugs = FrontSuite._known_flup_bugs
-    test_hello = FrontSuite.test_hello
-    test_environ_query_string = FrontSuite.test_environ_query_string
+    front = front_fixture(start_nginx_scgi, mode=lambda cls: cls.mode,
+                          name=lambda cls: "nginx-scgi-%s" % cls.mode)
     test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
     test_chunked_upload = FrontSuite.test_chunked_upload
-    test_error_page = FrontSuite.test_error_page
     test_response_splitting_refused = FrontSuite.test_response_splitting_refused
-    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
     test_one_backend_connection_per_request = ScgiChecks.test_one_backend_connection_per_request
 
 
