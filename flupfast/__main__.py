@@ -271,6 +271,11 @@ def build_parser():
     parser.add_argument('--slow-log', metavar='SECONDS', type=_positive_seconds, default=None,
                         help='log the Python stack of a request still running after SECONDS '
                         '(PHP-FPM\'s request_slowlog_timeout)')
+    parser.add_argument('--request-timeout', metavar='SECONDS', type=_positive_seconds,
+                        default=None,
+                        help='end a request still running after SECONDS, its stack logged: '
+                        'fork mode ends the child (the web server answers 502), the other '
+                        'modes raise in the request (PHP-FPM\'s request_terminate_timeout)')
     parser.add_argument('--debug', action='store_true', help='show tracebacks on error pages')
     parser.add_argument('--log-level', type=parse_log_level, default='INFO',
                         help='debug, info, warning, error or critical (default info)')
@@ -279,6 +284,8 @@ def build_parser():
 
 def server_kwargs(args):
     kwargs = {'debug': args.debug}
+    if args.request_timeout is not None:
+        kwargs['requestTimeout'] = args.request_timeout
     if args.protocol == 'fcgi':
         kwargs.update(bindAddress=args.bind, umask=args.umask, multiplexed=args.multiplexed)
     else:

@@ -8,6 +8,7 @@ import signal
 
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.prefork import PreforkMode, notify_parent
+from flupfast.serving.prefork.child import end_for_request_timeout
 from flupfast.server.singleserver import _ModeFacade
 
 
@@ -29,6 +30,9 @@ class PreforkServer(_ModeFacade):
     sockets, or more (an int or a float) to bound each read and write, which limits the
     damage of bad connectivity.
     """
+
+    # requestTimeout ends the child running the request (the pool replaces it).
+    _requestTimeoutEnd = staticmethod(end_for_request_timeout)
 
     def __init__(self, minSpare=1, maxSpare=5, maxChildren=50, maxRequests=0, sockTimeout=0,
                  jobClass=None, jobArgs=()):

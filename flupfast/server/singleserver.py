@@ -6,6 +6,7 @@ camelCase hooks and attributes onto them. No serving logic here.
 """
 import signal
 
+from flupfast import ops
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.single import SingleMode
 
@@ -64,13 +65,20 @@ class _ModeFacade(object):
     # for its running jobs).
     _shutdownAfterRun = False
 
+    # How requestTimeout ends a request: None raises RequestTerminated in its thread; the
+    # prefork mode ends the child instead (serving/prefork/child.py).
+    _requestTimeoutEnd = None
+
     def _startMode(self, mode_server, job_class, job_args, kw, dropped=('jobClass', 'jobArgs')):
         """Build ``mode_server`` (the mode facade a protocol server derives from) to run
         ``job_class(sock, addr, *job_args)``; flup's keywords in ``dropped`` are ignored, as
-        flup ignores them."""
+        flup ignores them. ``requestTimeout`` (seconds; flupfast's addition, every server
+        takes it) ends a request still running after that long: flupfast.ops.RequestTimeout."""
         for key in dropped:
             kw.pop(key, None)
+        request_timeout = kw.pop('requestTimeout', None)
         mode_server.__init__(self, jobClass=job_class, jobArgs=job_args, **kw)
+        ops.set_request_timeout(request_timeout, self._requestTimeoutEnd)
 
     def _runServer(self, mode_server):
         """A protocol server's run(): its protocol's front-end run (``_run_front``: socket,

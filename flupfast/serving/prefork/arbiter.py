@@ -21,7 +21,8 @@ from flupfast.limits import (
     FORK_SPAWN_BACKOFF, FORK_TERM_GRACE)
 from flupfast.serving.job import JobSource
 from flupfast.serving.listen import set_cloexec
-from flupfast.serving.prefork.child import DRAIN_SIGNAL, ChildBoard, ChildDrain
+from flupfast.serving.prefork.child import (
+    DRAIN_SIGNAL, EXIT_REQUEST_TIMEOUT, ChildBoard, ChildDrain)
 from flupfast.serving.prefork.overload import OverloadGuard
 from flupfast.serving.prefork.policy import (
     BUSY, EXCESS_CHECK, EXITING, IDLE, REAP_POLL, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
@@ -94,6 +95,7 @@ class PreforkMode(JobSource, LoopControl):
         self._board = None           # the scoreboard (shared mmap) while serving
         self._child_board = None     # in a child: its ChildBoard
         self._overload = OverloadGuard(self)
+        self.terminated_requests = 0  # children the request timeout ended (replaced, no crash)
 
     @property
     def overload_wait(self):
@@ -285,7 +287,10 @@ class PreforkMode(JobSource, LoopControl):
                 continue  # not one of ours (the front end may fork too)
             self._release(child)
             child.slot = None  # free for the next child
-            if self.keep_going and os.WIFSIGNALED(status):
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_REQUEST_TIMEOUT:
+                self.terminated_requests += 1
+                logger.info("child %d ended by the request timeout; replacing it", pid)
+            elif self.keep_going and os.WIFSIGNALED(status):
                 logger.warning("child %d killed by signal %d", pid, os.WTERMSIG(status))
             elif self.keep_going and os.WEXITSTATUS(status):
                 logger.warning("child %d exited with status %d", pid, os.WEXITSTATUS(status))
