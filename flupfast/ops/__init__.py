@@ -8,18 +8,19 @@ the logs through the gateway's request observer (flupfast.gateway.set_observer).
 knows a protocol or a mode.
 """
 from flupfast import gateway
+from flupfast.ops import proctitle
 from flupfast.ops.access_log import DEFAULT_FORMAT, AccessLog
 from flupfast.ops.ping import Ping
 from flupfast.ops.request_timeout import RequestTimeout
 from flupfast.ops.slow_log import SlowLog
 
 __all__ = ['DEFAULT_FORMAT', 'AccessLog', 'Observers', 'Ping', 'RequestTimeout', 'SlowLog',
-           'install', 'request_counts', 'set_request_timeout']
+           'become_worker', 'install', 'proctitle', 'request_counts', 'set_request_timeout']
 
-_active = {}  # 'access', 'slow', 'timeout' -> the observer on duty
+_active = {}  # 'access', 'slow', 'timeout', 'title' -> the observer on duty
 # The order they watch in: the timeout's end() first, so a request that ended is no longer one
 # to end while the logs write.
-_ORDER = ('timeout', 'slow', 'access')
+_ORDER = ('timeout', 'title', 'slow', 'access')
 
 
 class Observers:
@@ -50,6 +51,12 @@ def set_request_timeout(seconds, end_process=None):
     """End requests running ``seconds`` or more (None or 0: never): RequestTimeout, for the
     whole process, as the logs are."""
     _watch('timeout', RequestTimeout(seconds, end_process) if seconds else None)
+
+
+def become_worker(number):
+    """In a new prefork child: the ``worker N`` process title, kept current per request, when
+    titles are on (ops/proctitle.py)."""
+    _watch('title', proctitle.become_worker(number))
 
 
 def request_counts():

@@ -6,6 +6,7 @@ logic here.
 """
 import signal
 
+from flupfast import ops
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.prefork import PreforkMode, notify_parent
 from flupfast.serving.prefork.child import end_for_request_timeout
@@ -121,6 +122,7 @@ class PreforkServer(_ModeFacade):
 
     def _child(self, sock, parent):
         """Main loop for children."""
+        ops.become_worker(self._servingMode.child_number)
         self._servingMode._child(sock, parent)
 
     def _notifyParent(self, parent, msg):

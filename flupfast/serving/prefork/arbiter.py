@@ -366,6 +366,13 @@ class PreforkMode(JobSource, LoopControl):
             self._selector = None
         random.seed()  # do not share the parent's random sequence (flup :374-384)
 
+    @property
+    def child_number(self):
+        """In a child: the N of its "worker N" title, its scoreboard slot + 1 (slots are reused,
+        so N stays within max_children); its pid if it has no slot."""
+        board = self._child_board
+        return board.slot + 1 if board is not None else os.getpid()
+
     def _child(self, sock, parent_sock):
         """The child's main loop: ``serve_child`` (the backend's twin) with this mode's
         settings."""
