@@ -5,6 +5,7 @@ checks of gateway.py are judged by (they must cost < 3% of it: docs/security.md)
     python -m bench.gateway_cost              # runs itself under callgrind with N and 2N
     python -m bench.gateway_cost --loop N     # the loop alone (what callgrind runs)
     python -m bench.gateway_cost --access-log /tmp/a.log   # with flupfast.ops' access log on
+    python -m bench.gateway_cost --proctitle   # with a prefork child's busy/idle titles on
 
 (total(2N) - total(N)) / N is one request, start-up subtracted. No sockets, no protocol:
 a null responder takes the head and body, so the count is the gateway's and the app's.
@@ -57,11 +58,15 @@ class NullResponder:
         pass
 
 
-def loop(n, app, access_log=None):
+def loop(n, app, access_log=None, proctitle=False):
     from flupfast import gateway, ops
     app = APPS[app]
     if access_log:
         ops.install(app, access_log=access_log)
+    if proctitle:
+        if not ops.proctitle.enable('bench'):
+            sys.exit('setproctitle is not installed (pip install setproctitle)')
+        ops.become_worker(1)
     responder = NullResponder()
     for _ in range(n):
         environ = gateway.build_environ(dict(PARAMS), None, None, sys.stderr, True, False,
@@ -70,12 +75,13 @@ def loop(n, app, access_log=None):
         gateway.run_application(app, environ, responder)
 
 
-def count(n, app, workdir, access_log=None):
+def count(n, app, workdir, access_log=None, proctitle=False):
     out = os.path.join(workdir, 'cg-%d.out' % n)
     env = dict(os.environ, PYTHONHASHSEED='0')
     subprocess.run(['valgrind', '--tool=callgrind', '--callgrind-out-file=' + out,
                     '--dump-line=no', sys.executable, '-m', 'bench.gateway_cost', '--loop',
-                    str(n), '--app', app] + (['--access-log', access_log] if access_log else []),
+                    str(n), '--app', app] + (['--access-log', access_log] if access_log else [])
+                   + (['--proctitle'] if proctitle else []),
                    check=True, env=env, capture_output=True)
     with open(out, 'rb') as f:
         return int(re.search(rb'^(?:summary|totals):\s+(\d+)', f.read(), re.M).group(1))
@@ -89,15 +95,17 @@ def main():
                         help='hello (fixed headers) or varying (a new Set-Cookie each time)')
     parser.add_argument('--access-log', metavar='FILE', default=None,
                         help='count with the access log on, writing to FILE')
+    parser.add_argument('--proctitle', action='store_true',
+                        help='count with the process titles of a prefork child on')
     args = parser.parse_args()
     if args.loop is not None:
-        loop(args.loop, args.app, args.access_log)
+        loop(args.loop, args.app, args.access_log, args.proctitle)
         return
     if not shutil.which('valgrind'):
         sys.exit('valgrind is not installed (apt-get install valgrind)')
     with tempfile.TemporaryDirectory() as workdir:
-        one = count(args.n, args.app, workdir, args.access_log)
-        two = count(2 * args.n, args.app, workdir, args.access_log)
+        one = count(args.n, args.app, workdir, args.access_log, args.proctitle)
+        two = count(2 * args.n, args.app, workdir, args.access_log, args.proctitle)
     print('instructions per %s request through the gateway: %d (N=%d)'
           % (args.app, round((two - one) / args.n), args.n))
 
