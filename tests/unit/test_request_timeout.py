@@ -161,12 +161,13 @@ def test_the_fork_child_exits_with_its_status_and_the_parent_counts_it(caplog):
 
 
 def test_every_server_takes_request_timeout():
-    from flupfast.server import ajp, fcgi_fork, fcgi_single, scgi
+    from flupfast.server import ajp, ajp_fork, fcgi_fork, fcgi_single, scgi, scgi_fork
     app = lambda environ, start_response: []  # noqa: E731
-    fcgi_fork.WSGIServer(app, bindAddress=('127.0.0.1', 0), requestTimeout=3)
-    observer = gateway._observer
-    assert isinstance(observer, RequestTimeout) and observer.seconds == 3
-    assert observer.end_process is end_for_request_timeout  # fork: the child ends
+    for module in (fcgi_fork, scgi_fork, ajp_fork):
+        module.WSGIServer(app, bindAddress=('127.0.0.1', 0), requestTimeout=3)
+        observer = gateway._observer
+        assert isinstance(observer, RequestTimeout) and observer.seconds == 3
+        assert observer.end_process is end_for_request_timeout  # fork: the child ends
     server = scgi.WSGIServer(app, requestTimeout=2, maxThreads=2)
     try:
         assert gateway._observer.seconds == 2 and gateway._observer.end_process is None
