@@ -3,9 +3,12 @@
 idle`` or ``busy METHOD URI``. Without setproctitle, or turned off, everything here is a no-op.
 """
 try:
-    from setproctitle import setproctitle as _set_title
+    import setproctitle as _setproctitle
 except ImportError:  # the optional extra is not installed
-    _set_title = None
+    _setproctitle = None
+# Its C module, or nothing: without it setproctitle's fallback logs a debug line per call.
+_set_title = _setproctitle.setproctitle if getattr(_setproctitle, '_setproctitle', None) \
+    else None
 
 __all__ = ['WorkerTitle', 'available', 'become_worker', 'enable', 'enabled']
 
