@@ -207,4 +207,8 @@ def test_the_status_of_a_response_seen_before_and_of_a_failure():
 
     class Unsent:
         status, headers_sent = b'200 OK', False
-    assert line({}, Unsent(), True, 0.0) == b'500\n'  # failed before: the error page
+
+    class Ok:
+        status, headers_sent = b'200 OK', True
+    assert line({}, Ok(), False, 0.0) == b'200\n'     # now a status seen before ...
+    assert line({}, Unsent(), True, 0.0) == b'500\n'  # ... but failed before: the error page
