@@ -6,6 +6,7 @@ checks of gateway.py are judged by (they must cost < 3% of it: docs/security.md)
     python -m bench.gateway_cost --loop N     # the loop alone (what callgrind runs)
     python -m bench.gateway_cost --access-log /tmp/a.log   # with flupfast.ops' access log on
     python -m bench.gateway_cost --status fork   # with the status page's slots (or thread)
+    python -m bench.gateway_cost --proctitle   # with a prefork child's busy/idle titles on
 
 (total(2N) - total(N)) / N is one request, start-up subtracted. No sockets, no protocol:
 a null responder takes the head and body, so the count is the gateway's and the app's.
@@ -58,7 +59,7 @@ class NullResponder:
         pass
 
 
-def loop(n, app, access_log=None, status=None):
+def loop(n, app, access_log=None, status=None, proctitle=False):
     from flupfast import gateway, ops
     app = APPS[app]
     if access_log:
@@ -73,6 +74,10 @@ def loop(n, app, access_log=None, status=None):
             board.attach(0)
         status_page.watch(board)
         app = status_page.StatusPage(app, '/fpm-status', board)
+    if proctitle:
+        if not ops.proctitle.enable('bench'):
+            sys.exit('setproctitle is not installed (pip install setproctitle)')
+        ops.become_worker(1)
     responder = NullResponder()
     for _ in range(n):
         environ = gateway.build_environ(dict(PARAMS), None, None, sys.stderr, True, False,
@@ -81,13 +86,14 @@ def loop(n, app, access_log=None, status=None):
         gateway.run_application(app, environ, responder)
 
 
-def count(n, app, workdir, access_log=None, status=None):
+def count(n, app, workdir, access_log=None, status=None, proctitle=False):
     out = os.path.join(workdir, 'cg-%d.out' % n)
     env = dict(os.environ, PYTHONHASHSEED='0')
     subprocess.run(['valgrind', '--tool=callgrind', '--callgrind-out-file=' + out,
                     '--dump-line=no', sys.executable, '-m', 'bench.gateway_cost', '--loop',
                     str(n), '--app', app] + (['--access-log', access_log] if access_log else [])
-                   + (['--status', status] if status else []),
+                   + (['--status', status] if status else [])
+                   + (['--proctitle'] if proctitle else []),
                    check=True, env=env, capture_output=True)
     with open(out, 'rb') as f:
         return int(re.search(rb'^(?:summary|totals):\s+(\d+)', f.read(), re.M).group(1))
@@ -103,15 +109,17 @@ def main():
                         help='count with the access log on, writing to FILE')
     parser.add_argument('--status', choices=('thread', 'fork'), default=None,
                         help="count with the status page's per-worker slots of that mode")
+    parser.add_argument('--proctitle', action='store_true',
+                        help='count with the process titles of a prefork child on')
     args = parser.parse_args()
     if args.loop is not None:
-        loop(args.loop, args.app, args.access_log, args.status)
+        loop(args.loop, args.app, args.access_log, args.status, args.proctitle)
         return
     if not shutil.which('valgrind'):
         sys.exit('valgrind is not installed (apt-get install valgrind)')
     with tempfile.TemporaryDirectory() as workdir:
-        one = count(args.n, args.app, workdir, args.access_log, args.status)
-        two = count(2 * args.n, args.app, workdir, args.access_log, args.status)
+        one = count(args.n, args.app, workdir, args.access_log, args.status, args.proctitle)
+        two = count(2 * args.n, args.app, workdir, args.access_log, args.status, args.proctitle)
     print('instructions per %s request through the gateway: %d (N=%d)'
           % (args.app, round((two - one) / args.n), args.n))
 

@@ -274,6 +274,15 @@ def build_parser():
     parser.add_argument('--slow-log', metavar='SECONDS', type=_positive_seconds, default=None,
                         help='log the Python stack of a request still running after SECONDS '
                         '(PHP-FPM\'s request_slowlog_timeout)')
+    parser.add_argument('--request-timeout', metavar='SECONDS', type=_positive_seconds,
+                        default=None,
+                        help='end a request still running after SECONDS, its stack logged: '
+                        'fork mode ends the child (the web server answers 502), the other '
+                        'modes raise in the request (PHP-FPM\'s request_terminate_timeout)')
+    parser.add_argument('--no-proctitle', action='store_true',
+                        help='leave the process titles alone (by default, with the setproctitle '
+                        'package installed, ps shows "flupfast: master [APP]" and each fork-mode '
+                        'child as "flupfast: worker N [APP] idle" or "busy METHOD URI")')
     parser.add_argument('--debug', action='store_true', help='show tracebacks on error pages')
     parser.add_argument('--log-level', type=parse_log_level, default='INFO',
                         help='debug, info, warning, error or critical (default info)')
@@ -282,6 +291,8 @@ def build_parser():
 
 def server_kwargs(args):
     kwargs = {'debug': args.debug}
+    if args.request_timeout is not None:
+        kwargs['requestTimeout'] = args.request_timeout
     if args.protocol == 'fcgi':
         kwargs.update(bindAddress=args.bind, umask=args.umask, multiplexed=args.multiplexed)
     else:
@@ -470,6 +481,8 @@ def _main(argv):
     except OSError as exc:
         raise StartError('cannot open the access log %s: %s' % (args.access_log,
                                                                exc.strerror)) from None
+    if not args.no_proctitle:
+        ops.proctitle.enable(args.app or 'demo')
     server = build_server(args, app)
     listening = ListeningSocket(server, '%s over %s (%s mode, %s backend)' % (
         args.app or 'the demo app', PROTOCOLS[args.protocol], args.mode, flupfast.BACKEND))

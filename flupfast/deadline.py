@@ -17,6 +17,11 @@ class TimeoutException(Exception):
     """Raised inside the app when a fork server's per-request ``timeout`` expires."""
 
 
+class RequestTerminated(TimeoutException):
+    """Raised inside the app when ``--request-timeout`` (``requestTimeout``) ends a request
+    of the thread or single mode (flupfast.ops.request_timeout)."""
+
+
 # The signal that interrupts a blocking call (sleep, recv) of the main thread when its request's
 # deadline passes. A real-time signal, which no app is likely to use: SIGALRM is the app's.
 _WAKE_SIGNAL = signal.SIGRTMIN + 3 if hasattr(signal, 'SIGRTMIN') else None
@@ -28,6 +33,27 @@ def _raise_in_thread(thread_id, exc_class):
     import ctypes
     return ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), ctypes.py_object(exc_class) if exc_class else None)
+
+
+def install_wake_handler():
+    """In the main thread: let ``interrupt_thread`` break it out of a blocking call."""
+    if _WAKE_SIGNAL is not None and signal.getsignal(_WAKE_SIGNAL) in (signal.SIG_DFL, None):
+        signal.signal(_WAKE_SIGNAL, _on_wake_signal)
+
+
+def interrupt_thread(thread_id, exc_class):
+    """Raise ``exc_class`` in ``thread_id`` at its next bytecode; the main thread (with the
+    wake handler installed) is also signalled out of a blocking call. Another thread blocked
+    in one C call (a long ``time.sleep``) raises only once that call returns."""
+    _raise_in_thread(thread_id, exc_class)
+    if _WAKE_SIGNAL is not None and thread_id == threading.main_thread().ident \
+            and signal.getsignal(_WAKE_SIGNAL) is _on_wake_signal:
+        signal.pthread_kill(thread_id, _WAKE_SIGNAL)
+
+
+def cancel_interrupt(thread_id):
+    """Take back an ``interrupt_thread`` not yet raised (the request ended meanwhile)."""
+    _raise_in_thread(thread_id, None)
 
 
 def _on_wake_signal(signum, frame):
@@ -49,7 +75,7 @@ class _Deadlines:
     def arm(self, seconds, report):
         entry = [time.monotonic() + seconds, threading.get_ident(), report, False]
         if threading.current_thread() is threading.main_thread():
-            self._install_wake_handler()
+            install_wake_handler()
         with self._cond:
             if self._pid != os.getpid():
                 self._pid = os.getpid()
@@ -64,13 +90,7 @@ class _Deadlines:
         with self._cond:
             self._armed.pop(id(entry), None)
             if entry[3] and not timed_out:
-                _raise_in_thread(entry[1], None)  # fired as the request ended: cancel it
-
-    @staticmethod
-    def _install_wake_handler():
-        if _WAKE_SIGNAL is not None and signal.getsignal(_WAKE_SIGNAL) in (signal.SIG_DFL,
-                                                                            None):
-            signal.signal(_WAKE_SIGNAL, _on_wake_signal)
+                cancel_interrupt(entry[1])  # fired as the request ended: cancel it
 
     def _watch(self):
         cond = self._cond
@@ -97,10 +117,7 @@ class _Deadlines:
                 report(''.join(traceback.format_stack(frame)))
         except Exception:
             logger.exception('cannot report a request timeout')
-        _raise_in_thread(thread_id, TimeoutException)
-        if _WAKE_SIGNAL is not None and thread_id == threading.main_thread().ident \
-                and signal.getsignal(_WAKE_SIGNAL) is _on_wake_signal:
-            signal.pthread_kill(thread_id, _WAKE_SIGNAL)  # out of a blocking call
+        interrupt_thread(thread_id, TimeoutException)
 
 
 _deadlines = _Deadlines()

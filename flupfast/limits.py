@@ -150,3 +150,8 @@ FORK_RETIRE_DELAY = 1.0
 
 # Pause after fork() fails for lack of resources before the parent tries again.
 FORK_SPAWN_BACKOFF = 1.0
+
+# The slow log and the request timeout (flupfast.ops) look at the requests in flight four times
+# per their bound, and at least this often: a request is reported or ended at most this late,
+# while a process with long bounds wakes once a second, not more.
+REQUEST_WATCH_INTERVAL = 1.0

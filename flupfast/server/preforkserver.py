@@ -7,8 +7,10 @@ logic here.
 import signal
 
 from flupfast.ops import status
+from flupfast import ops
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.serving.prefork import PreforkMode, notify_parent
+from flupfast.serving.prefork.child import end_for_request_timeout
 from flupfast.server.singleserver import _ModeFacade
 
 
@@ -34,6 +36,8 @@ class PreforkServer(_ModeFacade):
     _frontFlags = {'multithreaded': False, 'multiprocess': True}
     # flup's prefork front ends drop these silently (fcgi_fork.py:99).
     _frontIgnored = ('multithreaded', 'multiprocess', 'jobClass', 'jobArgs')
+    # requestTimeout ends the child running the request (the pool replaces it).
+    _requestTimeoutEnd = staticmethod(end_for_request_timeout)
 
     def __init__(self, minSpare=1, maxSpare=5, maxChildren=50, maxRequests=0, sockTimeout=0,
                  jobClass=None, jobArgs=()):
@@ -129,6 +133,7 @@ class PreforkServer(_ModeFacade):
 
     def _child(self, sock, parent):
         """Main loop for children."""
+        ops.become_worker(self._servingMode.child_number)
         self._servingMode._child(sock, parent)
 
     def _notifyParent(self, parent, msg):

@@ -6,6 +6,7 @@ camelCase hooks and attributes onto them. No serving logic here.
 """
 import signal
 
+from flupfast import ops
 from flupfast.serving.listen import set_cloexec as setCloseOnExec  # noqa: F401  (flup's name)
 from flupfast.ops import status
 from flupfast.serving.single import SingleMode
@@ -69,6 +70,10 @@ class _ModeFacade(object):
     # The status page's board (flupfast.ops.workers), when ``statusPath`` was given.
     _statusBoard = None
 
+    # How requestTimeout ends a request: None raises RequestTerminated in its thread; the
+    # prefork mode ends the child instead (serving/prefork/child.py).
+    _requestTimeoutEnd = None
+
     # What the mode fixes of a protocol server's flags (server/_front.py ``assemble``), and the
     # keywords its front ends ignore, as flup's do.
     _frontFlags = {}
@@ -78,12 +83,16 @@ class _ModeFacade(object):
         """Build ``mode_server`` (the mode facade a protocol server derives from) to run
         ``job_class(sock, addr, *job_args)``; flup's keywords in its ``_frontIgnored`` are
         ignored, as flup ignores them. ``statusPath`` (flupfast's addition, e.g. '/fpm-status')
-        answers PHP-FPM's status page there, before the application."""
+        answers PHP-FPM's status page there, before the application. ``requestTimeout``
+        (seconds; flupfast's addition) ends a request still running after that long:
+        flupfast.ops.RequestTimeout."""
         for key in mode_server._frontIgnored:
             kw.pop(key, None)
         status_path = kw.pop('statusPath', None)
+        request_timeout = kw.pop('requestTimeout', None)
         self._frontJobArgs = tuple(job_args)
         mode_server.__init__(self, jobClass=job_class, jobArgs=job_args, **kw)
+        ops.set_request_timeout(request_timeout, self._requestTimeoutEnd)
         if status_path is not None:
             self._statusBoard = self._makeStatusBoard()
             self.application = status.StatusPage(self.application, status_path,

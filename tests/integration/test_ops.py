@@ -37,7 +37,7 @@ COMBINED = re.compile(r'^(\S+) - (\S+) \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{
 
 
 class Stack:
-    def __init__(self, mode, options):
+    def __init__(self, mode, options, app='tests.apps.probe:app'):
         require(NGINX, 'nginx')
         require_root()
         self.root = make_tempdir('ops')
@@ -47,7 +47,7 @@ class Stack:
         self.port = free_port()
         self.processes = []
         self.backend = ManagedProcess(
-            'backend', [sys.executable, '-m', 'flupfast', 'tests.apps.probe:app', '--mode', mode,
+            'backend', [sys.executable, '-m', 'flupfast', app, '--mode', mode,
                         '--bind', 'unix:%s' % sock, '--socket-mode', '666'] + [
                 o.format(access_log=self.access_log) for o in options],
             env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO), log_dir=self.root)

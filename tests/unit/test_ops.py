@@ -85,7 +85,7 @@ def test_empty_body_is_a_dash_in_b_and_0_in_b_upper(tmp_path):
 def test_the_format_is_compiled_once():
     line = compile_format('%(h)s "%(m)s" 100%%s %({x-id}i)s %({x-out}o)s')
     assert line({'REMOTE_ADDR': 'a', 'REQUEST_METHOD': 'GET', 'HTTP_X_ID': '7'},
-                _Head(), False, 0.0, 0.0) == 'a "GET" 100%s 7 yes\n'
+                _Head(), False, 0.0) == b'a "GET" 100%s 7 yes\n'
 
 
 def test_header_names_cannot_inject_code(tmp_path):
@@ -166,3 +166,49 @@ def test_slow_log_logs_a_stack_once(caplog):
 def test_slow_log_needs_positive_seconds():
     with pytest.raises(ValueError):
         SlowLog(0)
+
+
+def test_literal_braces_percent_and_constants_survive_compilation():
+    line = compile_format('{%(l)s} 100%% {{x}} %(m)s')
+    assert line({'REQUEST_METHOD': 'GET'}, _Head(), False, 0.0) == b'{-} 100% {{x}} GET\n'
+    assert compile_format('no fields, 5%%')({}, _Head(), False, 0.0) == b'no fields, 5%\n'
+
+
+def test_the_request_line_without_request_uri():
+    line = compile_format('"%(r)s"')
+    environ = {'REQUEST_METHOD': 'GET', 'SCRIPT_NAME': '/app', 'PATH_INFO': '/x',
+               'QUERY_STRING': 'a=1', 'SERVER_PROTOCOL': 'HTTP/1.0'}
+    assert line(environ, _Head(), False, 0.0) == b'"GET /app/x?a=1 HTTP/1.0"\n'
+    assert line(dict(environ, REQUEST_URI=''), _Head(), False, 0.0) == b'"GET  HTTP/1.0"\n'
+
+
+def test_the_time_field_follows_the_second(monkeypatch):
+    monkeypatch.setenv('TZ', 'UTC')
+    time.tzset()
+    try:
+        line = compile_format('%(t)s')
+        first = line({}, _Head(), False, 1000000000.25)
+        assert first == b'[09/Sep/2001:01:46:40 +0000]\n'
+        assert line({}, _Head(), False, 1000000000.75) == first   # the same second: cached
+        assert line({}, _Head(), False, 1000000001.0) == b'[09/Sep/2001:01:46:41 +0000]\n'
+        assert line({}, _Head(), False, 999999999.5) == b'[09/Sep/2001:01:46:39 +0000]\n'
+    finally:
+        monkeypatch.delenv('TZ')
+        time.tzset()
+
+
+def test_the_status_of_a_response_seen_before_and_of_a_failure():
+    line = compile_format('%(s)s')
+
+    class Sent:
+        status, headers_sent = b'404 Not Found', True
+    assert line({}, Sent(), False, 0.0) == line({}, Sent(), False, 0.0) == b'404\n'
+    assert line({}, Sent(), True, 0.0) == b'404\n'   # failed after the head: its status
+
+    class Unsent:
+        status, headers_sent = b'200 OK', False
+
+    class Ok:
+        status, headers_sent = b'200 OK', True
+    assert line({}, Ok(), False, 0.0) == b'200\n'     # now a status seen before ...
+    assert line({}, Unsent(), True, 0.0) == b'500\n'  # ... but failed before: the error page

@@ -21,7 +21,8 @@ from flupfast.limits import (
     FORK_SPAWN_BACKOFF, FORK_TERM_GRACE)
 from flupfast.serving.job import JobSource
 from flupfast.serving.listen import set_cloexec
-from flupfast.serving.prefork.child import DRAIN_SIGNAL, ChildBoard, ChildDrain
+from flupfast.serving.prefork.child import (
+    DRAIN_SIGNAL, EXIT_REQUEST_TIMEOUT, ChildBoard, ChildDrain)
 from flupfast.serving.prefork.overload import OverloadGuard
 from flupfast.serving.prefork.policy import (
     BUSY, EXCESS_CHECK, EXITING, IDLE, REAP_POLL, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
@@ -97,6 +98,7 @@ class PreforkMode(JobSource, LoopControl):
         # like the scoreboard, or None (no status page: no cost).
         self.worker_slots = None
         self._overload = OverloadGuard(self)
+        self.terminated_requests = 0  # children the request timeout ended (replaced, no crash)
 
     @property
     def overload_wait(self):
@@ -292,7 +294,10 @@ class PreforkMode(JobSource, LoopControl):
             if child.slot is not None and self.worker_slots is not None:
                 self.worker_slots.reaped(child.slot)
             child.slot = None  # free for the next child
-            if self.keep_going and os.WIFSIGNALED(status):
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_REQUEST_TIMEOUT:
+                self.terminated_requests += 1
+                logger.info("child %d ended by the request timeout; replacing it", pid)
+            elif self.keep_going and os.WIFSIGNALED(status):
                 logger.warning("child %d killed by signal %d", pid, os.WTERMSIG(status))
             elif self.keep_going and os.WEXITSTATUS(status):
                 logger.warning("child %d exited with status %d", pid, os.WEXITSTATUS(status))
@@ -371,6 +376,13 @@ class PreforkMode(JobSource, LoopControl):
             self._selector.close()  # our copy of the parent's epoll fd
             self._selector = None
         random.seed()  # do not share the parent's random sequence (flup :374-384)
+
+    @property
+    def child_number(self):
+        """In a child: the N of its "worker N" title, its scoreboard slot + 1 (slots are reused,
+        so N stays within max_children); its pid if it has no slot."""
+        board = self._child_board
+        return board.slot + 1 if board is not None else os.getpid()
 
     def _child(self, sock, parent_sock):
         """The child's main loop: ``serve_child`` (the backend's twin) with this mode's

@@ -17,8 +17,9 @@ from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_nodelay)
 from flupfast.serving.prefork.policy import STATUS_BUSY, STATUS_IDLE
 
-__all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "STATUS_BUSY", "STATUS_IDLE", "ChildBoard",
-           "ChildDrain", "notify_parent", "serve_child"]
+__all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "STATUS_BUSY",
+           "STATUS_IDLE", "ChildBoard", "ChildDrain", "end_for_request_timeout", "notify_parent",
+           "serve_child"]
 
 logger = logging.getLogger("flupfast")
 
@@ -32,6 +33,22 @@ _ACCEPT_GIVES_BLOCKING = sys.platform.startswith("linux")
 
 # Sends to the parent must not raise SIGPIPE if the process has it at its default action.
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+
+# The exit status of a child ended by the request timeout (flupfast.ops.RequestTimeout): the
+# parent replaces and counts it, and does not report it as a failure.
+EXIT_REQUEST_TIMEOUT = 86
+
+
+def end_for_request_timeout():
+    """End this child now, from the request timeout's thread (its stack already logged): the
+    request's connection closes unanswered, so the web server answers it 502/504."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_REQUEST_TIMEOUT)
+
 
 def notify_parent(parent_sock, status):
     """Send a status byte to the parent. Returns False when the parent is gone (EPIPE)."""

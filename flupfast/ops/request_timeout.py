@@ -1,0 +1,48 @@
+"""The request timeout (PHP-FPM's ``request_terminate_timeout``): a request still running
+after ``seconds`` has its stack logged (the slow log's report) and is ended. How it ends is the
+caller's: by default RequestTerminated raises in its thread; a prefork child passes
+``end_process``, which ends the whole process (flupfast.serving.prefork.child).
+"""
+import logging
+import threading
+
+from flupfast.deadline import (
+    RequestTerminated, cancel_interrupt, install_wake_handler, interrupt_thread)
+from flupfast.ops.request_watch import RequestWatch
+
+__all__ = ['RequestTimeout']
+
+logger = logging.getLogger('flupfast.requesttimeout')
+
+
+class RequestTimeout(RequestWatch):
+    """A request observer (flupfast.gateway.set_observer). ``terminated_requests`` counts the
+    requests this process ended (a prefork parent counts its children ended this way)."""
+
+    def __init__(self, seconds, end_process=None):
+        super().__init__(seconds)
+        self.end_process = end_process
+        self.terminated_requests = 0
+
+    def _start_watcher(self):
+        if self.end_process is None and threading.current_thread() is threading.main_thread():
+            install_wake_handler()  # the single mode: its requests run in the main thread
+        super()._start_watcher()
+
+    def end(self, token, response, failed):
+        entry = self._in_flight.pop(token, None)
+        if entry is not None and entry[4] and self.end_process is None:
+            # It overran as it ended: an exception not raised yet must not hit the next one.
+            with self._lock:
+                cancel_interrupt(entry[0])
+
+    def overran(self, token, entry, frame, now):
+        with self._lock:  # against end(): once it is over, nothing is raised in its thread
+            if token not in self._in_flight:
+                return
+            self.terminated_requests += 1
+            logger.error('%s', self.describe('request timeout, ending it', entry, frame, now))
+            if self.end_process is not None:
+                self.end_process()
+            else:
+                interrupt_thread(entry[0], RequestTerminated)
