@@ -15,12 +15,13 @@ from flupfast.ops.request_timeout import RequestTimeout
 from flupfast.ops.slow_log import SlowLog
 
 __all__ = ['DEFAULT_FORMAT', 'AccessLog', 'Observers', 'Ping', 'RequestTimeout', 'SlowLog',
-           'become_worker', 'install', 'proctitle', 'request_counts', 'set_request_timeout']
+           'become_worker', 'install', 'on_duty', 'proctitle', 'put_on_duty', 'request_counts',
+           'set_request_timeout']
 
-_active = {}  # 'access', 'slow', 'timeout', 'title' -> the observer on duty
+_active = {}  # 'access', 'slow', 'status', 'timeout', 'title' -> the observer on duty
 # The order they watch in: the timeout's end() first, so a request that ended is no longer one
 # to end while the logs write.
-_ORDER = ('timeout', 'title', 'slow', 'access')
+_ORDER = ('timeout', 'title', 'slow', 'status', 'access')
 
 
 class Observers:
@@ -40,8 +41,8 @@ class Observers:
 def install(app, ping_path=None, ping_response='pong', access_log=None,
             access_log_format=DEFAULT_FORMAT, slow_log=None):
     """Turn on the features asked for; returns the app to serve (wrapped for the ping)."""
-    _watch('access', None if access_log is None else AccessLog(access_log, access_log_format))
-    _watch('slow', None if slow_log is None else SlowLog(slow_log))
+    put_on_duty('access', None if access_log is None else AccessLog(access_log, access_log_format))
+    put_on_duty('slow', None if slow_log is None else SlowLog(slow_log))
     if ping_path is not None:
         app = Ping(app, ping_path, ping_response)
     return app
@@ -50,13 +51,13 @@ def install(app, ping_path=None, ping_response='pong', access_log=None,
 def set_request_timeout(seconds, end_process=None):
     """End requests running ``seconds`` or more (None or 0: never): RequestTimeout, for the
     whole process, as the logs are."""
-    _watch('timeout', RequestTimeout(seconds, end_process) if seconds else None)
+    put_on_duty('timeout', RequestTimeout(seconds, end_process) if seconds else None)
 
 
 def become_worker(number):
     """In a new prefork child: the ``worker N`` process title, kept current per request, when
     titles are on (ops/proctitle.py)."""
-    _watch('title', proctitle.become_worker(number))
+    put_on_duty('title', proctitle.become_worker(number))
 
 
 def request_counts():
@@ -69,7 +70,14 @@ def request_counts():
             'terminated_requests': timeout.terminated_requests if timeout else 0}
 
 
-def _watch(feature, observer):
+def on_duty(feature):
+    """The observer on duty for ``feature`` (see ``_active``), or None."""
+    return _active.get(feature)
+
+
+def put_on_duty(feature, observer):
+    """Put ``observer`` on duty for ``feature`` (None: take it off); the gateway's one observer
+    is rebuilt from all on duty, so turning on one feature never drops another."""
     if observer is None:
         _active.pop(feature, None)
     else:

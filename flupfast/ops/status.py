@@ -11,10 +11,8 @@ import json
 import time
 from urllib.parse import parse_qs
 
-from flupfast import gateway
-from flupfast.ops import Observers
+from flupfast import ops
 from flupfast.ops.ping import PING_HEADERS
-from flupfast.ops.slow_log import SlowLog
 from flupfast.ops.workers import PreforkWorkers, ThreadWorkers
 
 __all__ = ['DEFAULT_POOL', 'POOL_FIELDS', 'PROCESS_FIELDS', 'StatusPage', 'render', 'watch']
@@ -205,26 +203,17 @@ def board_for(mode, min_spare, max_spare, max_workers, pool=None):
 
 
 def watch(board, listen_sock=None):
-    """Make ``board`` watch this process's requests (the gateway's observer, beside the access
-    and slow logs already there; an earlier board is replaced) and read ``listen_sock``'s
-    queue. It shows the slow log's count."""
-    current = gateway.get_observer()
-    if current is None:
-        others = []
-    elif isinstance(current, Observers):
-        others = list(current.observers)
-    else:
-        others = [current]
-    for old in others:
-        if isinstance(old, ThreadWorkers):
-            old.watching = False  # its sampler ends
-    others = [o for o in others if not isinstance(o, (PreforkWorkers, ThreadWorkers))]
-    board.slow_log = next((o for o in others if isinstance(o, SlowLog)), None)
+    """Make ``board`` watch this process's requests (on duty in flupfast.ops beside the access
+    and slow logs; an earlier board is replaced) and read ``listen_sock``'s queue. It shows the
+    slow log's count."""
+    old = ops.on_duty('status')
+    if isinstance(old, ThreadWorkers):
+        old.watching = False  # its sampler ends
+    board.slow_log = ops.on_duty('slow')
     if board.slow_log is not None and isinstance(board, PreforkWorkers):
         board.slow_log.on_slow = board.on_slow
     board.listen_sock = listen_sock
-    observers = others + [board]
-    gateway.set_observer(observers[0] if len(observers) == 1 else Observers(observers))
+    ops.put_on_duty('status', board)
     if isinstance(board, ThreadWorkers):
         board.watching = True
         if board.pool is not None:  # thread mode; single mode has no thread of its own

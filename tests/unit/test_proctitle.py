@@ -12,7 +12,7 @@ def titles(monkeypatch):
     monkeypatch.setattr(proctitle, '_set_title', seen.append)
     yield seen
     proctitle.disable()
-    ops._watch('title', None)
+    ops.put_on_duty('title', None)
 
 
 def test_master_then_worker_busy_and_idle(titles):

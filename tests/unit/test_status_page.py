@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 import pytest
 
 from flupfast import gateway
+from flupfast import ops
 from flupfast.ops import Observers, status
 from flupfast.ops.slow_log import SlowLog
 from flupfast.ops.workers import PreforkWorkers, ThreadWorkers, listen_queue
@@ -263,7 +264,7 @@ def test_listen_queue_reads_tcp_info_and_zero_for_unix(tmp_path):
 
 def test_watch_sits_beside_the_logs_and_replaces_an_earlier_board():
     slow = SlowLog(5)
-    gateway.set_observer(slow)
+    ops.put_on_duty('slow', slow)
     try:
         first, second = PreforkWorkers(1, 1), PreforkWorkers(1, 1)
         status.watch(first)
@@ -271,8 +272,15 @@ def test_watch_sits_beside_the_logs_and_replaces_an_earlier_board():
         observer = gateway.get_observer()
         assert isinstance(observer, Observers) and observer.observers == (slow, second)
         assert second.slow_log is slow and slow.on_slow == second.on_slow
+        # A feature turned on later (a prefork child's process title, the request timeout)
+        # keeps the board watching.
+        timeout = ops.RequestTimeout(60)
+        ops.put_on_duty('timeout', timeout)
+        assert gateway.get_observer().observers == (timeout, slow, second)
     finally:
-        gateway.set_observer(None)
+        for feature in ('timeout', 'slow', 'status'):
+            ops.put_on_duty(feature, None)
+    assert gateway.get_observer() is None
 
 
 def test_requests_reach_the_board_through_the_gateway():
@@ -296,7 +304,7 @@ def test_requests_reach_the_board_through_the_gateway():
         assert not any(t.name == 'flupfast-status' and t.is_alive()
                        for t in threading.enumerate())
     finally:
-        gateway.set_observer(None)
+        ops.put_on_duty('status', None)
 
 
 def test_a_new_board_ends_the_old_board_s_sampler():
@@ -312,7 +320,7 @@ def test_a_new_board_ends_the_old_board_s_sampler():
         old._sampler.join(3)
         assert not old._sampler.is_alive()
     finally:
-        gateway.set_observer(None)
+        ops.put_on_duty('status', None)
 
 
 FACADES = ['fcgi', 'fcgi_fork', 'fcgi_single', 'scgi', 'scgi_fork', 'scgi_single', 'ajp',
