@@ -25,7 +25,7 @@ import traceback
 import flupfast
 from flupfast import ops
 from flupfast.limits import FORK_OVERLOAD_WAIT, RELOAD_CHECK_TIMEOUT
-from flupfast.serving import systemd
+from flupfast.serving import handover, systemd
 from flupfast.serving.listen import resolve_owner
 
 PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'ajp': 'AJP13'}
@@ -388,6 +388,11 @@ class ListeningSocket:
             else:
                 where = describe_address(sock.getsockname())
         self.sock = sock
+        # The previous image's idle kept connections, for the mode to take up (thread mode).
+        kept = handover.inherited_connections()
+        if kept:
+            handover.keep_connections(sock.getsockname(), kept)
+            where += ', with %d kept connection(s) handed over' % len(kept)
         log.info('flupfast %s serving %s on %s', flupfast.__version__, self.what, where)
         systemd.notify('READY=1', 'STATUS=serving on %s' % where, 'MAINPID=%d' % os.getpid())
         return sock
@@ -404,8 +409,11 @@ class ListeningSocket:
                 describe_address(address) if address is not None else 'fd 0', reason)) from None
 
     def hand_over(self, environ):
-        """The environ for the next image; the socket survives the exec as fd 3. The socket
-        inherited on fd 0 (mod_fcgid) survives by itself."""
+        """The environ for the next image; the socket survives the exec as fd 3 (the one
+        inherited on fd 0, mod_fcgid's, by itself), and the idle kept connections the threaded
+        mode kept on fds from 4 (serving/handover.py)."""
+        environ = handover.pass_connections(
+            handover.take_connections(self.sock.getsockname()), environ)
         if self._on_fd0:
             return environ
         return systemd.hand_over(self.sock, environ)
