@@ -14,7 +14,7 @@ import threading
 from flupfast.serving.listen import set_cloexec
 
 __all__ = ["FIRST_KEPT_FD", "inherited_connections", "keep_connections", "keep_listener",
-           "pass_connections", "take_connections", "take_listener"]
+           "pass_connections", "release_listener", "take_connections", "take_listener"]
 
 KEPT_FDS = "FLUPFAST_KEPT_FDS"
 KEPT_PID = "FLUPFAST_KEPT_PID"
@@ -40,6 +40,15 @@ def keep_listener(bind_address, sock):
         _listeners[_key(bind_address)] = sock
     if old is not None and old is not sock:
         old.close()
+
+
+def release_listener(bind_address, sock, reloading):
+    """What a server's ``_cleanupSocket`` does: a reload keeps a bound socket for the next
+    run() on ``bind_address``; a stop (or a socket passed in, ``bind_address`` None) closes."""
+    if reloading and bind_address is not None:
+        keep_listener(bind_address, sock)
+    else:
+        sock.close()
 
 
 def take_listener(bind_address):

@@ -162,6 +162,7 @@ class ThreadedMode(AcceptLoop):
         (and those that go idle while the requests in flight end: ``shutdown``), and the next
         serve() on the same socket takes them up first, so the web server's kept connections
         (Apache's AJP pool, nginx's upstream keepalive) survive it."""
+        self.pool.restart()  # run() again after a reload's shutdown
         parked = self.parked
         if parked is None:
             return super().serve(sock, timeout)
