@@ -46,6 +46,8 @@ _RESTRICTED_OPTIONS = (
     ('--max-threads', 'max_threads', ('thread',), None),
     ('--max-children', 'max_children', ('fork',), None),
     ('--max-requests', 'max_requests', ('fork',), None),
+    ('--max-requests-jitter', 'max_requests_jitter', ('fork',), None),
+    ('--max-memory', 'max_memory', ('fork',), None),
     ('--timeout', 'timeout', ('fork',), None),
     ('--overload-wait', 'overload_wait', ('fork',), None),
     ('--min-spare', 'min_spare', ('thread', 'fork'), None),
@@ -240,6 +242,12 @@ def build_parser():
     parser.add_argument('--max-children', type=_count, help='fork mode: most children')
     parser.add_argument('--max-requests', type=_count,
                         help='fork mode: requests a child serves before it is replaced')
+    parser.add_argument('--max-requests-jitter', type=_count, metavar='N',
+                        help='fork mode: each child serves --max-requests plus a random 0 to N '
+                        'requests, so children do not all restart at once')
+    parser.add_argument('--max-memory', type=_count, metavar='MB',
+                        help='fork mode: replace a child after its request once its resident '
+                        'memory passes MB megabytes')
     parser.add_argument('--timeout', type=_count, help='fork mode: seconds a request may take')
     parser.add_argument('--overload-wait', type=_seconds, default=None, metavar='SECONDS',
                         help='fork mode: seconds connections may wait with every child busy '
@@ -294,7 +302,8 @@ def server_kwargs(args):
         options['maxThreads'] = args.max_threads
     elif args.mode == 'fork':
         options.update(maxChildren=args.max_children, maxRequests=args.max_requests,
-                       timeout=args.timeout)
+                       timeout=args.timeout, maxRequestsJitter=args.max_requests_jitter,
+                       maxMemory=args.max_memory)
     kwargs.update((key, value) for key, value in options.items() if value is not None)
     return kwargs
 
@@ -309,6 +318,8 @@ def check_usage(args):
             raise UsageError('%s applies to --mode %s only' % (option, ' or '.join(modes)))
         if protocols is not None and args.protocol not in protocols:
             raise UsageError('%s applies to --protocol %s only' % (option, ' or '.join(protocols)))
+    if args.max_requests_jitter and not args.max_requests:
+        raise UsageError('--max-requests-jitter adds to --max-requests: give both')
     if args.ajp_packet_size is not None and args.ajp_packet_size > 65536:
         raise UsageError('--ajp-packet-size must be 8192 to 65536, not %d' % args.ajp_packet_size)
     if args.ping_path is not None and not args.ping_path.startswith('/'):

@@ -2,10 +2,11 @@
 and fork mode, FastCGI on a Unix socket): clients connecting all along get every answer, the
 socket path is never unlinked (same inode), the loop's next run() serves the new generation,
 and in thread mode a kept connection survives the reload (known_differences
-'reload-keeps-listening-socket').
+'reload-keeps-listening-socket'). Also fork mode's --max-memory recycling, end to end.
 """
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -97,4 +98,43 @@ def test_while_server_run_keeps_the_socket_and_refuses_nothing(tmp_path, mode):
         assert backend.alive()
     finally:
         stop.set()
+        backend.stop()
+
+
+MEMORY_APP = '''
+import os
+
+hoard = []
+
+
+def app(environ, start_response):
+    if environ['PATH_INFO'] == '/grow':
+        hoard.append(bytearray(48 << 20))  # touched: resident
+        hoard[-1][::4096] = b'x' * len(hoard[-1][::4096])
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    return [str(os.getpid()).encode()]
+'''
+
+
+def test_max_memory_replaces_a_child_after_its_request(tmp_path):
+    """``--max-memory 40`` in fork mode: the child that grew past it answers, then is replaced
+    (a new pid answers); one that stays under keeps serving. Thread mode refuses the flag."""
+    (tmp_path / 'memapp.py').write_text(MEMORY_APP)
+    address = str(tmp_path / 'app.sock')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]))
+    command = [sys.executable, '-m', 'flupfast', 'memapp:app', '--bind', 'unix:' + address,
+               '--max-memory', '40']
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and '--max-memory applies to --mode fork' in refused.stderr
+    backend = ManagedProcess('backend', command + ['--mode', 'fork', '--min-spare', '1',
+                                                   '--max-spare', '1', '--max-children', '1'],
+                             env=env, cwd=str(tmp_path), log_dir=tmp_path)
+    try:
+        wait_until_connectable(address, backend)
+        first = roundtrip(address, '/').body
+        assert roundtrip(address, '/').body == first  # under the limit: the same child
+        assert roundtrip(address, '/grow').body == first  # its request is answered
+        wait_for(lambda: roundtrip(address, '/').body != first, 'a new child', backend)
+        assert 'resident memory over the limit of 40 MB' in backend.output.read_text()
+    finally:
         backend.stop()
