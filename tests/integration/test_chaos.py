@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.integration.nginx import start_nginx
-from tests.integration.test_reload import backend_of
+from tests.integration.test_reload import backend_of, load
 
 pytestmark = [pytest.mark.peer, pytest.mark.skipif(
     not os.environ.get('FLUPFAST_CHAOS'), reason='the chaos run takes minutes: FLUPFAST_CHAOS=1')]
@@ -23,28 +23,6 @@ pytestmark = [pytest.mark.peer, pytest.mark.skipif(
 CHAOS_SECONDS = float(os.environ.get('FLUPFAST_CHAOS_SECONDS', '300'))
 CLIENTS = 16
 RELOAD_EVERY = 20.0
-
-
-def load(front, stop, results, retried):
-    """One client: 50 ms requests on a kept HTTP connection until ``stop``. A request whose
-    kept connection nginx closed under it (an old worker ending at nginx's reload) is sent
-    again once on a new connection, as HTTP clients do, and counted in ``retried``."""
-    client = front.client(timeout=60)
-    try:
-        while not stop.is_set():
-            for attempt in (1, 2):
-                try:
-                    results.append(client.request('GET', front.url('/sleep?ms=50')).status)
-                    break
-                except Exception as exc:  # every failure is a result here, not an error
-                    client.close()
-                    client = front.client(timeout=60)
-                    if attempt == 1 and type(exc).__name__ == 'RemoteDisconnected':
-                        retried.append(1)
-                        continue
-                    results.append(type(exc).__name__)
-    finally:
-        client.close()
 
 
 def children(pid):
