@@ -1,4 +1,4 @@
-"""The chaos run (issue 19): CHAOS_SECONDS (default 300) of load through nginx (FastCGI, fork
+"""The chaos run: CHAOS_SECONDS (default 300) of load through nginx (FastCGI, fork
 mode, 16 clients of 50 ms requests) while a random child of the backend gets SIGKILL every 1-3
 s, the backend gets SIGHUP every 20 s, and nginx itself is reloaded once, half-way. Only the
 requests in flight on a killed child may fail, at most one per SIGKILL (no kept connections:
