@@ -33,6 +33,7 @@ def children(pid):
         return []
 
 
+@pytest.mark.timeout(CHAOS_SECONDS + 180)  # beyond pyproject's 300 s per test
 def test_chaos_loses_only_requests_on_killed_children(server):
     if server.is_flup:
         pytest.skip('flup 1.0.3 leaves reloading to the caller')
