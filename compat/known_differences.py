@@ -237,6 +237,16 @@ DIFFERENCES = [
         'ends idle connections\' waits and returns within a second',
         'mod_fcgid and service managers expect SIGTERM to stop the process'),
     Difference(
+        'reload-keeps-listening-socket', 'fcgi_base.py:1070-1072, scgi_base.py:385-387, ajp_base.py:831-833',
+        'run() closes its listening socket before returning True after SIGHUP, and the next '
+        'run() binds again (a Unix socket path unlinked and made anew): connections arriving '
+        'in between are refused, and the web server\'s idle kept connections are closed',
+        'keeps the bound socket open across the return, and the next run() on the same '
+        'bindAddress serves it (connections wait in its backlog, the path is never unlinked); '
+        'the threaded mode also keeps the idle kept connections for that run(). A stop still '
+        'closes at once',
+        'flup\'s own loop, while server.run(): reload, must not refuse requests'),
+    Difference(
         'threadpool-job-exceptions', 'threadpool.py:134-139',
         'swallows any exception a job raises, silently',
         'logs it with its traceback and keeps the worker',

@@ -68,6 +68,7 @@ SHOWN_ELSEWHERE = {
     'connection-internals': 'compat/test_api_surface.py',
     'flup-adapters-strict': 'tests/unit/test_flup_adapters.py',
     'threadpool-start-capped': 'tests/unit/test_threadpool.py',
+    'reload-keeps-listening-socket': 'tests/integration/test_library_reload.py',
     # Reliability (docs/reliability.md): shown against flupfast's processes under fault.
     'threaded-pool-full': 'tests/reliability/test_faults.py',
     'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',

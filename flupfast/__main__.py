@@ -25,7 +25,7 @@ import traceback
 import flupfast
 from flupfast import ops
 from flupfast.limits import FORK_OVERLOAD_WAIT, RELOAD_CHECK_TIMEOUT
-from flupfast.serving import systemd
+from flupfast.serving import handover, systemd
 from flupfast.serving.listen import resolve_owner
 
 PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'ajp': 'AJP13'}
@@ -46,6 +46,8 @@ _RESTRICTED_OPTIONS = (
     ('--max-threads', 'max_threads', ('thread',), None),
     ('--max-children', 'max_children', ('fork',), None),
     ('--max-requests', 'max_requests', ('fork',), None),
+    ('--max-requests-jitter', 'max_requests_jitter', ('fork',), None),
+    ('--max-memory', 'max_memory', ('fork',), None),
     ('--timeout', 'timeout', ('fork',), None),
     ('--overload-wait', 'overload_wait', ('fork',), None),
     ('--min-spare', 'min_spare', ('thread', 'fork'), None),
@@ -240,6 +242,12 @@ def build_parser():
     parser.add_argument('--max-children', type=_count, help='fork mode: most children')
     parser.add_argument('--max-requests', type=_count,
                         help='fork mode: requests a child serves before it is replaced')
+    parser.add_argument('--max-requests-jitter', type=_count, metavar='N',
+                        help='fork mode: each child serves --max-requests plus a random 0 to N '
+                        'requests, so children do not all restart at once')
+    parser.add_argument('--max-memory', type=_count, metavar='MB',
+                        help='fork mode: replace a child after its request once its resident '
+                        'memory passes MB megabytes')
     parser.add_argument('--timeout', type=_count, help='fork mode: seconds a request may take')
     parser.add_argument('--overload-wait', type=_seconds, default=None, metavar='SECONDS',
                         help='fork mode: seconds connections may wait with every child busy '
@@ -310,7 +318,8 @@ def server_kwargs(args):
         options['maxThreads'] = args.max_threads
     elif args.mode == 'fork':
         options.update(maxChildren=args.max_children, maxRequests=args.max_requests,
-                       timeout=args.timeout)
+                       timeout=args.timeout, maxRequestsJitter=args.max_requests_jitter,
+                       maxMemory=args.max_memory)
     kwargs.update((key, value) for key, value in options.items() if value is not None)
     return kwargs
 
@@ -325,6 +334,8 @@ def check_usage(args):
             raise UsageError('%s applies to --mode %s only' % (option, ' or '.join(modes)))
         if protocols is not None and args.protocol not in protocols:
             raise UsageError('%s applies to --protocol %s only' % (option, ' or '.join(protocols)))
+    if args.max_requests_jitter and not args.max_requests:
+        raise UsageError('--max-requests-jitter adds to --max-requests: give both')
     if args.ajp_packet_size is not None and args.ajp_packet_size > 65536:
         raise UsageError('--ajp-packet-size must be 8192 to 65536, not %d' % args.ajp_packet_size)
     for option, path in (('--ping-path', args.ping_path), ('--status-path', args.status_path)):
@@ -405,6 +416,11 @@ class ListeningSocket:
             else:
                 where = describe_address(sock.getsockname())
         self.sock = sock
+        # The previous image's idle kept connections, for the mode to take up (thread mode).
+        kept = handover.inherited_connections()
+        if kept:
+            handover.keep_connections(sock.getsockname(), kept)
+            where += ', with %d kept connection(s) handed over' % len(kept)
         log.info('flupfast %s serving %s on %s', flupfast.__version__, self.what, where)
         systemd.notify('READY=1', 'STATUS=serving on %s' % where, 'MAINPID=%d' % os.getpid())
         return sock
@@ -421,8 +437,11 @@ class ListeningSocket:
                 describe_address(address) if address is not None else 'fd 0', reason)) from None
 
     def hand_over(self, environ):
-        """The environ for the next image; the socket survives the exec as fd 3. The socket
-        inherited on fd 0 (mod_fcgid) survives by itself."""
+        """The environ for the next image; the socket survives the exec as fd 3 (the one
+        inherited on fd 0, mod_fcgid's, by itself), and the idle kept connections the threaded
+        mode kept on fds from 4 (serving/handover.py)."""
+        environ = handover.pass_connections(
+            handover.take_connections(self.sock.getsockname()), environ)
         if self._on_fd0:
             return environ
         return systemd.hand_over(self.sock, environ)

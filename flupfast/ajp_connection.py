@@ -19,7 +19,7 @@ from flupfast.output import (OVERLOADED_BODY, OVERLOADED_HEADERS, OVERLOADED_REA
                              OVERLOADED_STATUS)
 from flupfast.protocols import ajp
 from flupfast.protocols.errors import AJPError
-from flupfast.serving.job import WAIT
+from flupfast.serving.job import PARK, WAIT
 
 LoggerName = 'ajp-wsgi'
 _logger = logging.getLogger(LoggerName)
@@ -210,6 +210,9 @@ class AJPConnection(LoggedConnection):
         self.body_chunk = config.body_chunk
         self.max_requests = None  # set by a prefork child: retire after this many
         self.idle = False
+        # Between requests a kept connection may wait in the threaded mode's parked set
+        # instead of a blocked thread; that is also how a reload hands it to the new image.
+        self.can_park = True
 
     # -- packets ------------------------------------------------------------------------------
 
@@ -235,13 +238,22 @@ class AJPConnection(LoggedConnection):
     # -- the connection loop ----------------------------------------------------------------
 
     def _serve(self):
+        ready = self.parked  # back from the parked set: the socket is readable
+        self.parked = False
         while not self.closed:
-            # Waiting for the next request: the mode may end the wait (a new connection is not
-            # idle: its first request is on the way, and only a stop ends it).
-            self.idle = self.served > 0
-            if self.on_idle(self, False) is not WAIT:
-                self.idle = False
-                return
+            # Waiting for the next request: the mode may end or park the wait (a new
+            # connection is not idle: its first request is on the way, and only a stop ends
+            # it; it does not park either, so its first request costs no extra hand-off).
+            if not ready:
+                served = self.served
+                self.idle = served > 0
+                answer = self.on_idle(self, served > 0 and not self._packets
+                                      and not self._parser.pending)
+                if answer is not WAIT:
+                    self.idle = False
+                    self.parked = answer is PARK
+                    return
+            ready = False
             try:
                 payload = self._next_packet()
             finally:

@@ -61,7 +61,7 @@ class Connection(Job):
     """What every protocol's connection shares: the socket, a reused receive buffer, a send
     queue that gathers buffers into one ``sendmsg``, and the lingering close. A connection is
     a job (serving/job.py): ``run()`` returns the requests served, and it asks ``on_idle``
-    before it waits for a request. Only a non-multiplexed FastCGI connection ``can_park``.
+    before it waits for a request. AJP13 and non-multiplexed FastCGI connections ``can_park``.
     """
 
     def __init__(self, sock, addr):
@@ -214,7 +214,8 @@ class LoggedConnection(Connection):
         except Exception:
             self.logger.exception('Exception caught in Connection')
         finally:
-            self._finish()
+            if not self.parked:
+                self._finish()
         if tcp:
             self.logger.debug('Connection shutting down (%s:%d)', addr[0], addr[1])
         return self.served

@@ -9,6 +9,7 @@ import sys
 import threading
 
 from flupfast import gateway
+from flupfast.serving import handover
 from flupfast.serving.listen import AllowList, bind_listen_socket, warn_if_exposed
 
 
@@ -109,12 +110,14 @@ class SCGIAJPServerBase(object):
         """Creates and binds the socket for communication with the server: a str is a Unix
         socket path (``umask`` applies while it is created), a 2-tuple IPv4, a longer tuple
         (host, port, flowinfo, scope_id) IPv6."""
-        return bind_listen_socket(self._bindAddress, self._umask, self.socketOwner,
-                                  self.socketMode)
+        # flup's ``while server.run(): ...``: the socket a reload kept, never unbound between.
+        return handover.take_listener(self._bindAddress) or bind_listen_socket(
+            self._bindAddress, self._umask, self.socketOwner, self.socketMode)
 
     def _cleanupSocket(self, sock):
-        """Closes the main socket."""
-        sock.close()
+        """Closes the main socket; after SIGHUP keeps it open for the next run()
+        (known_differences 'reload-keeps-listening-socket')."""
+        handover.release_listener(self._bindAddress, sock, self._hupReceived)
 
     def _isClientAllowed(self, addr):
         """allowedServers None admits anybody; otherwise an IPv4 or IPv6 peer must be listed

@@ -26,7 +26,7 @@ from flupfast.protocols.fastcgi import (  # noqa: F401  (flup exports every FCGI
     FCGI_VERSION_1, decode_header, decode_params, encode_pair, encode_record)
 from flupfast.body import Spool
 from flupfast.server._blocking_io import recv_exactly, recvall, sendall
-from flupfast.serving import systemd
+from flupfast.serving import handover, systemd
 from flupfast.serving.listen import (AllowList, bind_listen_socket, inherited_listen_socket,
                                      warn_if_exposed)
 
@@ -395,12 +395,14 @@ class BaseFCGIServer(object):
                 req.run()
                 sys.exit(0)
             return sock
-        return bind_listen_socket(self._bindAddress, self._umask, self.socketOwner,
-                                  self.socketMode)
+        # flup's ``while server.run(): ...``: the socket a reload kept, never unbound between.
+        return handover.take_listener(self._bindAddress) or bind_listen_socket(
+            self._bindAddress, self._umask, self.socketOwner, self.socketMode)
 
     def _cleanupSocket(self, sock):
-        """Closes the main socket."""
-        sock.close()
+        """Closes the main socket; after SIGHUP keeps it open for the next run()
+        (known_differences 'reload-keeps-listening-socket')."""
+        handover.release_listener(self._bindAddress, sock, self._hupReceived)
 
     def _isClientAllowed(self, addr):
         # FCGI_WEB_SERVER_ADDRS (spec 3.2): only the listed IPv4 peers; with the variable set,

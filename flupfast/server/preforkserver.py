@@ -28,6 +28,10 @@ class PreforkServer(_ModeFacade):
     Its run() method (no arguments) does the work; when run() returns, the child is idle
     again. run() may return the number of requests it served (None counts as one).
 
+    Not in flup: maxRequestsJitter adds randint(0, maxRequestsJitter) to each child's
+    maxRequests (gunicorn's max_requests_jitter), so children do not all restart at once;
+    maxMemory (MB) replaces a child once its resident memory passes it, after its request.
+
     sockTimeout is a timeout in seconds for accepted sockets: 0 (the default) for blocking
     sockets, or more (an int or a float) to bound each read and write, which limits the
     damage of bad connectivity.
@@ -40,7 +44,7 @@ class PreforkServer(_ModeFacade):
     _requestTimeoutEnd = staticmethod(end_for_request_timeout)
 
     def __init__(self, minSpare=1, maxSpare=5, maxChildren=50, maxRequests=0, sockTimeout=0,
-                 jobClass=None, jobArgs=()):
+                 jobClass=None, jobArgs=(), maxRequestsJitter=0, maxMemory=0):
         # flup's checks and messages (preforkserver.py:113-119).
         if minSpare < 1:
             raise ValueError("minSpare must be at least 1!")
@@ -54,7 +58,8 @@ class PreforkServer(_ModeFacade):
         self._servingMode = PreforkMode(
             jobClass, jobArgs, min_spare=minSpare, max_spare=maxSpare,
             max_children=max(maxSpare, maxChildren), max_requests=maxRequests,
-            sock_timeout=sockTimeout, **hooks)
+            sock_timeout=sockTimeout, max_requests_jitter=maxRequestsJitter,
+            max_memory=int(maxMemory * 1024 * 1024), **hooks)
 
     def _makeStatusBoard(self):
         mode = self._servingMode

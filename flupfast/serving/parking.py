@@ -85,6 +85,8 @@ class ParkedSet:
         self._wake_r = self._wake_w = None
         self._thread = None
         self.open = False
+        self.keeping = False   # closed by a reload: connections that park are kept, not closed
+        self._kept = []
 
     # -- lifecycle (the mode's serve()) -----------------------------------------------------
 
@@ -100,10 +102,15 @@ class ParkedSet:
                                             name="flupfast-parked", daemon=True)
             self._thread.start()
 
-    def close(self):
+    def close(self, keep=False):
         """Stop the waiter and close every parked connection at once (a stop ends idle
-        persistent connections, as the single mode does). Returns how many were closed."""
+        persistent connections, as the single mode does). Returns how many were closed.
+
+        With ``keep`` (a reload), they are kept instead, and so is every connection that parks
+        from now on, until ``take_kept``: the next run or image serves them."""
         with self._cond:
+            if keep:
+                self.keeping = True
             if not self.open:
                 return 0
             self.open = False
@@ -120,18 +127,33 @@ class ParkedSet:
         for fd in list(self._parked):
             tracked = self._parked.pop(fd, None)
             if tracked is not None and _claim(tracked.park_token):
-                tracked.close_parked()
-                closed += 1
+                if keep:
+                    self._kept.append(tracked)
+                else:
+                    tracked.close_parked()
+                    closed += 1
         self._offered.clear()
         self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
         return closed
 
+    def take_kept(self):
+        """The connections kept since ``close(keep=True)``; later ones are closed again."""
+        with self._cond:
+            self.keeping = False
+            kept, self._kept = self._kept, []
+        return kept
+
     # -- the workers' side --------------------------------------------------------------------
 
     def park(self, tracked):
         """Watch ``tracked.client``; False when it cannot be watched (the caller closes it)."""
+        if not self.open and self.keeping:
+            with self._cond:
+                if self.keeping:
+                    self._kept.append(tracked)
+                    return True
         fd = tracked.fd
         token = tracked.park_token = [True]
         self._parked[fd] = tracked

@@ -13,7 +13,9 @@ import time
 
 from flupfast.limits import MAX_QUEUED_CONNECTIONS, THREAD_JOB_GRACE
 from flupfast.output import shutdown_quietly
+from flupfast.serving import handover
 from flupfast.serving.job import END, PARK, WAIT
+from flupfast.serving.listen import is_tcp
 from flupfast.serving.parking import ParkedSet, supported as parking_supported
 from flupfast.serving.single import AcceptLoop
 from flupfast.serving.threadpool import ThreadPool
@@ -62,7 +64,8 @@ class _TrackedJob:
         mode = self._mode
         parked = self._parked
         if parked is not None and parkable:
-            return PARK if parked.open and mode.keep_going else END
+            # A reload keeps the connection for the next run or image (handover.py).
+            return PARK if (parked.open and mode.keep_going) or mode.handing_over else END
         if not mode.keep_going or (job.served > 0 and mode.pool.idle_count < 0):
             return END
         return WAIT
@@ -143,18 +146,53 @@ class ThreadedMode(AcceptLoop):
         self._queued_burst = 0  # connections queued behind busy threads in the current burst
         self._refused = 0       # connections answered "overloaded" in the current burst
         self.parked = ParkedSet(self._hand_off) if parking and parking_supported() else None
+        # On a reload, idle kept connections are kept for the next run (or the image the
+        # command line executes) rather than closed; False closes them, as a stop does.
+        self.hand_over_idle = True
+        self._listen_name = None  # the address of the socket serve() last served
+
+    @property
+    def handing_over(self):
+        """A reload is under way and idle kept connections go to the next run or image."""
+        return self.hand_over_idle and self.reload_requested and not self.keep_going
 
     def serve(self, sock, timeout=1.0):
         """The accept loop, with the parked set open while it runs: when it ends (a stop),
-        parked connections are closed at once, as idle ones are."""
+        parked connections are closed at once, as idle ones are. A reload keeps them instead
+        (and those that go idle while the requests in flight end: ``shutdown``), and the next
+        serve() on the same socket takes them up first, so the web server's kept connections
+        (Apache's AJP pool, nginx's upstream keepalive) survive it."""
+        self.pool.restart()  # run() again after a reload's shutdown
         parked = self.parked
         if parked is None:
             return super().serve(sock, timeout)
+        self._listen_name = sock.getsockname()
         parked.start()
         try:
+            self._adopt(handover.take_connections(self._listen_name))
             return super().serve(sock, timeout)
         finally:
-            parked.close()
+            parked.close(keep=self.handing_over)
+
+    def _adopt(self, clients):
+        """Serve connections a reload kept: each waits parked for its next request."""
+        for client in clients:
+            try:
+                addr = client.getpeername() if is_tcp(client) else ''
+            except OSError:
+                client.close()  # the web server left meanwhile
+                continue
+            if not self.is_client_allowed(addr):
+                client.close()
+                continue
+            job = self.new_job(client, addr, *self.job_args)
+            if not job.can_park:
+                self.dispatch(job, client)
+                continue
+            job.parked = True  # its next run() reads at once, once the set says readable
+            tracked = _TrackedJob(job, client, self._active, self, self.parked, self.pool)
+            if not self.parked.park(tracked):
+                tracked.close_parked()
 
     def dispatch(self, job, client):
         parked = self.parked
@@ -212,7 +250,9 @@ class ThreadedMode(AcceptLoop):
             self.parked.close()
         self._end_idle_jobs()
         if timeout is None:
-            return self._drop(self.pool.shutdown(None))
+            dropped = self._drop(self.pool.shutdown(None))
+            self._keep_parked()
+            return dropped
         started = time.monotonic()
         current = threading.current_thread()
         while self.pool.busy_threads(exclude=current) and \
@@ -220,7 +260,19 @@ class ThreadedMode(AcceptLoop):
             time.sleep(IDLE_POLL)
             self._end_idle_jobs()
         left = max(0.0, timeout - (time.monotonic() - started))
-        return self._drop(self.pool.shutdown(left, waited=timeout - left))
+        dropped = self._drop(self.pool.shutdown(left, waited=timeout - left))
+        self._keep_parked()
+        return dropped
+
+    def _keep_parked(self):
+        """Hand the connections a reload kept to whoever serves the same socket next."""
+        if self.parked is not None:
+            kept = self.parked.take_kept()
+            if kept and self._listen_name is not None:
+                handover.keep_connections(self._listen_name, [t.client for t in kept])
+            else:
+                for tracked in kept:
+                    tracked.close_parked()
 
     def _drop(self, dropped):
         """Close the connections of jobs that never ran (the pool dropped them)."""

@@ -160,3 +160,13 @@ class ThreadPool:
         if dropped:
             logger.warning("thread pool shutdown: %d queued job(s) dropped", len(dropped))
         return dropped
+
+    def restart(self):
+        """Serve again after ``shutdown`` (flup's ``while server.run(): ...`` runs the same
+        server, and so the same pool, once per reload): workers start as at construction."""
+        with self._cond:
+            if not self._stopping:
+                return
+            self._stopping = False
+            for _ in range(max(0, min(self.max_spare, self.max_threads) - self._workers)):
+                self._start_worker()

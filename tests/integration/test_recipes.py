@@ -185,7 +185,7 @@ def recipe(request):
 def test_every_recipe_section_has_a_test():
     tested = {'nginx (FastCGI)', 'Apache mod_proxy_fcgi', 'nginx scgi_pass',
               'Apache mod_proxy_scgi', 'Apache mod_proxy_ajp', 'Apache mod_fcgid', 'lighttpd',
-              'Health checks'}
+              'Health checks', 'Several hosts (nginx upstream)'}  # test_scale_out.py
     with_code = {name for name, blocks in sections().items() if blocks}
     assert with_code == tested
 

@@ -26,7 +26,8 @@ from flupfast.serving.prefork.child import (
 from flupfast.serving.prefork.overload import OverloadGuard
 from flupfast.serving.prefork.policy import (
     BUSY, EXCESS_CHECK, EXITING, IDLE, REAP_POLL, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
-    STATUS_IDLE, PoolLimits, decide_pool_change, retire_after_delay)
+    STATUS_IDLE, PoolLimits, child_request_limit, decide_pool_change, retire_after_delay)
+from flupfast.serving.prefork.recycle import MemoryWatch
 from flupfast.serving.signals import LoopControl
 
 __all__ = ["ChildRecord", "PreforkMode"]
@@ -72,7 +73,8 @@ class PreforkMode(JobSource, LoopControl):
 
     def __init__(self, job_class, job_args=(), *, min_spare=1, max_spare=5, max_children=50,
                  max_requests=0, sock_timeout=0, is_client_allowed=None, child_main=None,
-                 restore_signals=None, overload_wait=FORK_OVERLOAD_WAIT):
+                 restore_signals=None, overload_wait=FORK_OVERLOAD_WAIT,
+                 max_requests_jitter=0, max_memory=0):
         super().__init__()
         self.limits = PoolLimits(min_spare, max_spare, max(max_spare, max_children))
         if type(sock_timeout) not in (int, float) or sock_timeout < 0:
@@ -80,6 +82,8 @@ class PreforkMode(JobSource, LoopControl):
         self.job_class = job_class
         self.job_args = tuple(job_args)
         self.max_requests = max_requests
+        self.max_requests_jitter = max_requests_jitter  # each child: + randint(0, jitter)
+        self.max_memory = max_memory  # bytes of RSS after which a child is replaced; 0: none
         self.overload_wait = overload_wait
         self.sock_timeout = sock_timeout
         self.is_client_allowed = is_client_allowed or (lambda addr: True)
@@ -392,8 +396,13 @@ class PreforkMode(JobSource, LoopControl):
             drain = ChildDrain()
             signal.signal(DRAIN_SIGNAL, drain.on_signal)
             job_class = drain.wrap(job_class)
+        if self.max_memory:
+            job_class = MemoryWatch(self.max_memory).wrap(job_class)
+        # random was seeded afresh in this child (_become_child): each draws its own jitter.
+        max_requests = child_request_limit(self.max_requests, self.max_requests_jitter,
+                                           random.randint)
         _impl.serve_child(sock, parent_sock, job_class, self.job_args,
-                          self.is_client_allowed, self.max_requests, self.sock_timeout or None,
+                          self.is_client_allowed, max_requests, self.sock_timeout or None,
                           self._child_board)
 
     # -- shutdown ------------------------------------------------------------------------------

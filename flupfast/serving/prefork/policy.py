@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from flupfast.limits import FORK_RETIRE_DELAY
 
 __all__ = ["BUSY", "IDLE", "EXITING", "STATUS_BUSY", "STATUS_IDLE", "SLOT_EMPTY",
-           "SLOT_UNREPORTED", "PoolChange", "PoolLimits", "decide_pool_change",
-           "retire_after_delay"]
+           "SLOT_UNREPORTED", "PoolChange", "PoolLimits", "child_request_limit",
+           "decide_pool_change", "retire_after_delay", "rss_over_limit"]
 
 # Status bytes a child sends its parent (flup preforkserver.py:414, :426). They are bytes: flup
 # compared them with str, so every child looked idle and the pool never grew (prefork-pool-growth).
@@ -95,3 +95,21 @@ def retire_after_delay(retire, excess, now):
     if now - since >= FORK_RETIRE_DELAY:
         return retire[-fewest:], None
     return (), (since, fewest)
+
+
+# -- recycling: pure functions of a child's settings and readings -------------------------------
+
+def child_request_limit(max_requests, jitter, randint):
+    """The requests one child serves before it is replaced: ``max_requests`` plus
+    ``randint(0, jitter)`` (gunicorn's max_requests_jitter), so children started together do
+    not all restart together; 0 (unlimited) stays 0."""
+    if max_requests <= 0:
+        return 0
+    return max_requests + (randint(0, jitter) if jitter > 0 else 0)
+
+
+def rss_over_limit(statm, limit_pages):
+    """True when the resident set in ``statm`` (the bytes of /proc/self/statm: size, resident,
+    ... in pages, proc(5)) is over ``limit_pages``."""
+    fields = statm.split(None, 2)
+    return len(fields) > 1 and int(fields[1]) > limit_pages
