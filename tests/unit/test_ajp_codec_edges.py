@@ -33,6 +33,8 @@ FORWARD_REQUEST_ERRORS = [
      'FORWARD_REQUEST lacks the 0xFF that ends its attributes'),
     (client.forward_request(terminator=b'\x0b\x01'),
      'truncated FORWARD_REQUEST: no room for ssl_key_size'),
+    (client.forward_request(terminator=b'\x0b\x01\x00'),  # the size at the last byte
+     'FORWARD_REQUEST lacks the 0xFF that ends its attributes'),
     (client.forward_request(method=0xFF),
      'method code 0xFF (stored method) without a stored_method attribute'),
     (client.forward_request(headers=[('Content-Length', '-1')]),
@@ -101,3 +103,28 @@ def test_decode_string():
         with pytest.raises(AJPError) as raised:
             ajp.decode_string(data)
         assert str(raised.value) == message
+
+
+@pytest.mark.parametrize('make', [
+    lambda: __import__('array').array('H', [1, 2, 3]),  # two-byte items
+    lambda: memoryview(b'abcdef').cast('B', (2, 3)),  # two dimensions
+], ids=['uint16', '2d'])
+def test_frame_body_frames_bytes_not_items(backend, make):
+    data = make()
+    wire = [bytes(b) for b in backend.frame_body(data, 4)]
+    payload = bytes(memoryview(data).cast('B'))
+    assert wire == [b'AB\x00\x08\x03\x00\x04', payload[:4], b'\x00',
+                    b'AB\x00\x06\x03\x00\x02', payload[4:], b'\x00']
+
+
+def test_frame_body_exactly_one_packet_sends_the_bytes_themselves(backend):
+    data = b'x' * 8184
+    buffers = backend.frame_body(data, 8184)
+    assert len(buffers) == 3 and buffers[1] is data
+    assert buffers[0] == b'AB\x1f\xfc\x03\x1f\xf8'
+
+
+def test_frame_body_error_text_in_full(backend):
+    with pytest.raises(ValueError) as raised:
+        backend.frame_body(b'a', 0)
+    assert str(raised.value) == 'max_data must be in 1..65531, not 0'
