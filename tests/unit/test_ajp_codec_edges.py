@@ -128,3 +128,33 @@ def test_frame_body_error_text_in_full(backend):
     with pytest.raises(ValueError) as raised:
         backend.frame_body(b'a', 0)
     assert str(raised.value) == 'max_data must be in 1..65531, not 0'
+
+
+HINT = '; is an HTTP client talking to the AJP port?'
+
+
+@pytest.mark.parametrize('magic, hint', [
+    (b'AA', True), (b'ZZ', True), (b'AZ', True), (b'ZA', True),  # the ends of A..Z
+    (b'A\x00', False), (b'\x00A', False), (b'@A', False), (b'A@', False), (b'[A', False),
+    (b'Z[', False),
+])
+def test_http_hint_for_two_capital_letters_only(backend, magic, hint):
+    with pytest.raises(AJPError) as raised:
+        backend.AJPParser().feed(magic + b'\x00\x00')
+    assert str(raised.value) == 'bad AJP packet magic 0x%02X%02X (expected 0x1234)%s' % (
+        magic[0], magic[1], HINT if hint else '')
+
+
+def test_smallest_max_packet_holds_a_one_byte_payload(backend):
+    assert backend.AJPParser(5).feed(b'\x12\x34\x00\x01\x02') == [b'\x02']
+    with pytest.raises(AJPError):
+        backend.AJPParser(5).feed(b'\x12\x34\x00\x02')
+
+
+@pytest.mark.parametrize('view', [lambda b: memoryview(b).cast('c'),
+                                  lambda b: memoryview(b).cast('B', (4, len(b) // 4))],
+                         ids=['char-items', '2d'])
+def test_parser_reads_any_view_as_unsigned_bytes(backend, view):
+    # A length byte of 0x80 or more must not read as negative (a signed view).
+    packet = client.packet(b'p' * 0x80) + client.packet(b'q' * 0x1FC)
+    assert backend.AJPParser().feed(view(packet)) == [b'p' * 0x80, b'q' * 0x1FC]
