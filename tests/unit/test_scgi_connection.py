@@ -270,6 +270,21 @@ def test_error_after_the_first_chunk(use_backend, caplog, tcp):
         'Exception caught from handler']
 
 
+def test_error_after_the_first_chunk_reads_the_body_then_resets(use_backend, monkeypatch):
+    """mod_proxy_scgi sends the whole body before it reads the answer: the reset waits until
+    the rest of the body is read (a reset meeting the sender mid-send loses the response),
+    and no longer: CONTENT_LENGTH, not the drain's time limit, ends the wait."""
+    monkeypatch.setattr(connection_module, 'RESET_DRAIN_SECONDS', 60)
+    body = bytes(range(256)) * (16 << 10)  # 4 MiB: far more than the socket buffers hold
+    h = Harness(_late)
+    with h.connect(tcp=True) as ours:
+        ours.sendall(request_bytes('/', method='POST', body=body))  # fails if reset mid-body
+        # The write side stays open, as a web server's does: only the length ends the drain.
+        _, reset = read_until_reset(ours)  # a socket timeout here: the drain did not stop
+    h.join()
+    assert reset
+
+
 def test_debug_error_page_shows_the_traceback(use_backend):
     def boom(environ, start_response):
         raise ValueError('visible boom')
