@@ -6,6 +6,7 @@ the connection closed, the next one served).
 import hashlib
 import io
 import logging
+import re
 import socket
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 from flupfast import connection as connection_module
 from flupfast.gateway import ERROR_BODY
 from flupfast.server import NoDefault, scgi_base
-from tests.scgi_client import parse_response, read_all, request_bytes
+from tests.scgi_client import encode_request, parse_response, read_all, request_bytes
 from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo, hello,
                                           read_until_reset)
 
@@ -231,6 +232,32 @@ def test_client_gone_mid_body_is_one_warning_and_no_traceback(use_backend, caplo
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert 'still to come' in warnings[0].getMessage()
     assert warnings[0].exc_info is None
+
+
+def test_request_and_its_time_are_logged_as_flup_does(use_backend, caplog):
+    h = Harness(hello)
+    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+        h.request('/app/x', script_name='/app', path_info='/x')
+        h.join()
+    lines = [r.getMessage() for r in caplog.records if r.name == 'scgi-wsgi']
+    assert lines[0] == 'GET /app/x'
+    assert re.fullmatch(r'GET /app/x done \(\d+\.\d{3} secs\)', lines[-1]), lines
+
+
+@pytest.mark.parametrize('uri_keys, shown', [
+    ((('REQUEST_URI', '/up?q'), ('PATH_INFO', '/p')), '/up?q'),
+    ((('PATH_INFO', '/p'),), '/p'),  # no REQUEST_URI: the path
+    ((), ''),
+], ids=['request-uri', 'path-info', 'neither'])
+def test_client_gone_warning_names_the_request(use_backend, caplog, uri_keys, shown):
+    pairs = [('CONTENT_LENGTH', '1000'), ('SCGI', '1'), ('REQUEST_METHOD', 'POST'),
+             ('SERVER_NAME', 'localhost'), ('SERVER_PORT', '80')] + list(uri_keys)
+    h = Harness(echo)
+    with caplog.at_level(logging.WARNING, logger='scgi-wsgi'):
+        h.raw(encode_request(pairs, b'x' * 100), shut=True)
+        h.join()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith('POST %s: ' % shown) and 'still to come' in warning, warning
 
 
 def test_app_error_gives_flups_500_page(use_backend, caplog):
