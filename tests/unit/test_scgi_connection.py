@@ -458,6 +458,38 @@ def test_bad_input_is_logged_the_connection_closed_and_the_next_served(use_backe
     assert h.request('/')[2] == b'Hello world!\n'
 
 
+def test_header_netstring_gathered_over_several_receives(use_backend, monkeypatch, caplog):
+    """A netstring split across receives is gathered; cut short, the error says how much came.
+    The second part is sent only once the server has tried to decode the first alone."""
+    from flupfast import _impl
+    tried = threading.Event()
+    decode = _impl.decode_scgi_request
+
+    def spy(data):
+        decoded = decode(data)
+        if decoded is None:
+            tried.set()
+        return decoded
+    monkeypatch.setattr(_impl, 'decode_scgi_request', spy)
+    wire = request_bytes('/', method='POST', body=b'hello')
+    h = Harness(echo)
+    with h.connect() as ours:
+        ours.sendall(wire[:10])
+        assert tried.wait(10)
+        ours.sendall(wire[10:])
+        assert read_all(ours).endswith(b' 5')
+    tried.clear()
+    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+        with h.connect() as ours:
+            ours.sendall(wire[:10])
+            assert tried.wait(10)
+            ours.shutdown(socket.SHUT_WR)
+            assert read_all(ours) == b''
+        h.join()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "Protocol error 'connection closed inside the header netstring (10 bytes received)'"]
+
+
 def test_a_connection_closed_before_any_byte_is_quiet(use_backend, caplog):
     h = Harness(hello)
     with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
