@@ -318,3 +318,97 @@ def test_any_bytes_parse_or_raise_protocol_error_and_twins_agree(data, cut):
 def test_frame_stdout_rejects_nonpositive_sizes(backend):
     with pytest.raises(ValueError, match='max_content must be positive'):
         backend.frame_stdout(1, b'abc', 0)
+
+
+# The error texts in full (they reach the log and name what was wrong): a test that matched
+# only a word of each let a mangled or re-cased message pass.
+def _messages():
+    from flupfast.limits import MAX_OPEN_REQUESTS, PENDING_PARAMS_REQUESTS
+    begins = b''.join(f.encode_begin_request(i) for i in range(1, MAX_OPEN_REQUESTS + 2))
+    held = b''.join(f.encode_begin_request(i) + f.encode_record(f.FCGI_PARAMS, i, b'\1' * 100)
+                    for i in range(1, PENDING_PARAMS_REQUESTS + 2))
+    return [
+        ({}, b'\x02' + f.encode_record(f.FCGI_STDIN, 1, b'x')[1:],
+         'unsupported FastCGI version 2 (record type 5)'),
+        ({}, f.encode_record(f.FCGI_BEGIN_REQUEST, 1, b'\0\1'),
+         'BEGIN_REQUEST body of 2 bytes, expected 8'),
+        ({}, params_request(b'\x85\x00'), 'truncated name-value pair length in PARAMS'),
+        ({}, params_request(b'\x05'), 'truncated name-value pair length in PARAMS'),
+        ({}, params_request(b'\x00\x85\x00'), 'truncated name-value pair length in PARAMS'),
+        ({}, params_request(b'\x05\x05abc'), 'name-value pair runs past the end of PARAMS'),
+        ({'max_params_pairs': 1}, params_request(f.encode_params([('A', ''), ('B', '')])),
+         'more than 1 name-value pairs in PARAMS'),
+        ({'max_params_bytes': 10}, params_request(b'\0' * 11),
+         'PARAMS of request 1 exceed 10 bytes'),
+        ({'max_params_bytes': 100}, held,
+         'PARAMS held for %d open requests exceed %d bytes'
+         % (PENDING_PARAMS_REQUESTS + 1, 100 * PENDING_PARAMS_REQUESTS)),
+        ({}, begins, 'too many requests begun without their PARAMS'),
+    ]
+
+
+@pytest.mark.parametrize('kwargs, data, message', _messages(), ids=[
+    'version', 'begin-body', 'long-name-length', 'no-value-length', 'long-value-length',
+    'past-the-end', 'pairs', 'params-bytes', 'held-bytes', 'open-requests'])
+def test_every_error_message_in_full(backend, kwargs, data, message):
+    with pytest.raises(FastCGIError) as raised:
+        backend.FastCGIParser(**kwargs).feed(data)
+    assert str(raised.value) == message
+
+
+def test_a_four_byte_value_length_ending_at_the_last_byte(backend):
+    # Spec 3.4: an empty name with a four-byte empty value length is a whole pair when the
+    # length's last byte is the stream's last; one byte short it is truncated.
+    events = backend.FastCGIParser().feed(params_request(b'\x00\x80\x00\x00\x00'))
+    assert events[-1] == (f.FCGI_PARAMS, 1, {'': ''})
+    for short in (b'\x00\x80\x00\x00', b'\x80\x00\x00\x00'):
+        with pytest.raises(FastCGIError) as raised:
+            backend.FastCGIParser().feed(params_request(short))
+        assert str(raised.value) == 'truncated name-value pair length in PARAMS'
+
+
+@pytest.mark.parametrize('make', [
+    lambda: __import__('array').array('H', range(300)),  # two-byte items
+    lambda: memoryview(bytes(range(200)) * 3).cast('B', (20, 30)),  # two dimensions
+], ids=['uint16', '2d'])
+def test_frame_stdout_frames_bytes_not_items(backend, make):
+    data = make()
+    payload = bytes(memoryview(data).cast('B')) if isinstance(data, memoryview) \
+        else data.tobytes()
+    wire = b''.join(bytes(b) for b in backend.frame_stdout(3, data, 64))
+    events = f.FastCGIParser().feed(wire)
+    assert [len(e[2]) for e in events] == [64] * (len(payload) // 64) + [len(payload) % 64]
+    assert b''.join(e[2] for e in events) == payload
+    assert wire[:8] == b'\x01\x06\x00\x03\x00\x40\x00\x00'
+
+
+def test_frame_stdout_message_names_the_size(backend):
+    with pytest.raises(ValueError) as raised:
+        backend.frame_stdout(1, b'abc', 0)
+    assert str(raised.value) == 'max_content must be positive, not 0'
+
+
+def test_record_encoders_byte_for_byte():
+    # Headers per spec 3.3, padding to a multiple of 8, BEGIN_REQUEST's default flags 0
+    # (no KEEP_CONN), END_REQUEST's default status 0 and its 32-bit status.
+    assert f.encode_record(f.FCGI_STDIN, 1, b'abc') == \
+        b'\x01\x05\x00\x01\x00\x03\x05\x00' + b'abc' + b'\0' * 5
+    assert f.encode_begin_request(2) == \
+        b'\x01\x01\x00\x02\x00\x08\x00\x00' + b'\x00\x01\x00' + b'\0' * 5
+    assert f.encode_end_request(1)[8:] == b'\0' * 8
+    assert f.encode_end_request(1, 5)[8:12] == b'\0\0\0\x05'
+    assert f.encode_end_request(1, -1)[8:12] == b'\xff' * 4
+    max_record = f.encode_record(f.FCGI_STDOUT, 1, b'x' * 0xFFFF)
+    assert max_record[4:7] == b'\xff\xff\x01' and len(max_record) == 8 + 0xFFFF + 1
+    with pytest.raises(ValueError) as raised:
+        f.encode_record(f.FCGI_STDOUT, 1, b'x' * 0x10000)
+    assert str(raised.value) == 'FastCGI record content is limited to 65535 bytes'
+
+
+def test_client_side_decoders():
+    # What flupfast.client reads back: a header, END_REQUEST at exactly 8 bytes and 7.
+    assert f.decode_header(f.encode_record(f.FCGI_STDOUT, 7, b'abc')[:8]) == (1, 6, 7, 3, 5)
+    assert f.decode_end_request(f.encode_end_request(1, 5, f.FCGI_OVERLOADED)[8:]) == (5, 2)
+    with pytest.raises(FastCGIError) as raised:
+        f.decode_end_request(b'\0' * 7)
+    assert str(raised.value) == 'END_REQUEST body of 7 bytes, expected 8'

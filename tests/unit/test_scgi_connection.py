@@ -6,6 +6,7 @@ the connection closed, the next one served).
 import hashlib
 import io
 import logging
+import re
 import socket
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 from flupfast import connection as connection_module
 from flupfast.gateway import ERROR_BODY
 from flupfast.server import NoDefault, scgi_base
-from tests.scgi_client import parse_response, read_all, request_bytes
+from tests.scgi_client import encode_request, parse_response, read_all, request_bytes
 from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo, hello,
                                           read_until_reset)
 
@@ -233,6 +234,32 @@ def test_client_gone_mid_body_is_one_warning_and_no_traceback(use_backend, caplo
     assert warnings[0].exc_info is None
 
 
+def test_request_and_its_time_are_logged_as_flup_does(use_backend, caplog):
+    h = Harness(hello)
+    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+        h.request('/app/x', script_name='/app', path_info='/x')
+        h.join()
+    lines = [r.getMessage() for r in caplog.records if r.name == 'scgi-wsgi']
+    assert lines[0] == 'GET /app/x'
+    assert re.fullmatch(r'GET /app/x done \(\d+\.\d{3} secs\)', lines[-1]), lines
+
+
+@pytest.mark.parametrize('uri_keys, shown', [
+    ((('REQUEST_URI', '/up?q'), ('PATH_INFO', '/p')), '/up?q'),
+    ((('PATH_INFO', '/p'),), '/p'),  # no REQUEST_URI: the path
+    ((), ''),
+], ids=['request-uri', 'path-info', 'neither'])
+def test_client_gone_warning_names_the_request(use_backend, caplog, uri_keys, shown):
+    pairs = [('CONTENT_LENGTH', '1000'), ('SCGI', '1'), ('REQUEST_METHOD', 'POST'),
+             ('SERVER_NAME', 'localhost'), ('SERVER_PORT', '80')] + list(uri_keys)
+    h = Harness(echo)
+    with caplog.at_level(logging.WARNING, logger='scgi-wsgi'):
+        h.raw(encode_request(pairs, b'x' * 100), shut=True)
+        h.join()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith('POST %s: ' % shown) and 'still to come' in warning, warning
+
+
 def test_app_error_gives_flups_500_page(use_backend, caplog):
     def boom(environ, start_response):
         raise ValueError('boom')
@@ -268,6 +295,21 @@ def test_error_after_the_first_chunk(use_backend, caplog, tcp):
     assert received.endswith(b'first') or (tcp and not received)
     assert [rec.getMessage() for rec in caplog.records if rec.exc_info] == [
         'Exception caught from handler']
+
+
+def test_error_after_the_first_chunk_reads_the_body_then_resets(use_backend, monkeypatch):
+    """mod_proxy_scgi sends the whole body before it reads the answer: the reset waits until
+    the rest of the body is read (a reset meeting the sender mid-send loses the response),
+    and no longer: CONTENT_LENGTH, not the drain's time limit, ends the wait."""
+    monkeypatch.setattr(connection_module, 'RESET_DRAIN_SECONDS', 60)
+    body = bytes(range(256)) * (16 << 10)  # 4 MiB: far more than the socket buffers hold
+    h = Harness(_late)
+    with h.connect(tcp=True) as ours:
+        ours.sendall(request_bytes('/', method='POST', body=body))  # fails if reset mid-body
+        # The write side stays open, as a web server's does: only the length ends the drain.
+        _, reset = read_until_reset(ours)  # a socket timeout here: the drain did not stop
+    h.join()
+    assert reset
 
 
 def test_debug_error_page_shows_the_traceback(use_backend):
@@ -414,6 +456,38 @@ def test_bad_input_is_logged_the_connection_closed_and_the_next_served(use_backe
     assert errors[0].getMessage().startswith('Protocol error')
     assert errors[0].exc_info is None
     assert h.request('/')[2] == b'Hello world!\n'
+
+
+def test_header_netstring_gathered_over_several_receives(use_backend, monkeypatch, caplog):
+    """A netstring split across receives is gathered; cut short, the error says how much came.
+    The second part is sent only once the server has tried to decode the first alone."""
+    from flupfast import _impl
+    tried = threading.Event()
+    decode = _impl.decode_scgi_request
+
+    def spy(data):
+        decoded = decode(data)
+        if decoded is None:
+            tried.set()
+        return decoded
+    monkeypatch.setattr(_impl, 'decode_scgi_request', spy)
+    wire = request_bytes('/', method='POST', body=b'hello')
+    h = Harness(echo)
+    with h.connect() as ours:
+        ours.sendall(wire[:10])
+        assert tried.wait(10)
+        ours.sendall(wire[10:])
+        assert read_all(ours).endswith(b' 5')
+    tried.clear()
+    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+        with h.connect() as ours:
+            ours.sendall(wire[:10])
+            assert tried.wait(10)
+            ours.shutdown(socket.SHUT_WR)
+            assert read_all(ours) == b''
+        h.join()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "Protocol error 'connection closed inside the header netstring (10 bytes received)'"]
 
 
 def test_a_connection_closed_before_any_byte_is_quiet(use_backend, caplog):
