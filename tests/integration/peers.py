@@ -18,7 +18,7 @@ from tests.integration.fronts import ConnCountingProxy, Front, apache_canonenc
 from tests.integration.http_client import (HTTPClient, Response, is_connection_error, raw_exchange,
                                            raw_http, scgi_request)
 from tests.integration.nginx import (NGINX, NGINX_FRAME, nginx_config, start_nginx,
-                                     start_nginx_scgi)
+                                     start_nginx_scgi, start_nginx_uwsgi)
 from tests.integration.probe_script import FCGID_SCRIPT, fcgid_venv, write_probe_script
 from tests.integration.processes import (IO_TIMEOUT, REPO, SYSTEM_PYTHON, ManagedProcess,
                                          ServerSpec, make_tempdir, remove_tempdir, require,
@@ -39,6 +39,6 @@ __all__ = [
     "latin1_of_utf8", "make_tempdir", "nginx_config", "probe", "raw_exchange", "raw_http",
     "remove_tempdir", "require", "require_root", "scgi_request", "start_apache_fcgid",
     "start_apache_proxy_ajp", "start_apache_proxy_fcgi", "start_apache_proxy_scgi",
-    "start_backend", "start_nginx", "start_nginx_scgi", "tail", "upload", "upload_limit",
+    "start_backend", "start_nginx", "start_nginx_scgi", "start_nginx_uwsgi", "tail", "upload", "upload_limit",
     "wait_for_log", "wait_until_connectable", "write_probe_script",
 ]

@@ -1,0 +1,216 @@
+"""The server under test over uwsgi behind a real nginx (``uwsgi_pass`` with ``include
+uwsgi_params``), on loopback TCP and a Unix socket, request buffering on and off, thread and
+fork mode; and the same requests behind the same nginx config answered by real uWSGI, whose
+PATH_INFO, QUERY_STRING, REQUEST_METHOD, SCRIPT_NAME, CONTENT_LENGTH, body, status and answer
+the app must see and give alike.
+
+The stock uwsgi_params send PATH_INFO = $document_uri (decoded) and no SCRIPT_NAME; the main
+location adds SCRIPT_NAME "" and PATH_INFO $uri (so PATH_INFO comes twice, the same value),
+``location ~ ^(/app)(/.*)$`` mounts the app on a prefix (PATH_INFO twice, the last wins), and
+the counted port has the stock parameters only. One backend connection per request. flup has
+no uwsgi server: its runs skip. Checks live in scenarios.FrontSuite and ScgiChecks.
+"""
+import contextlib
+import json
+
+import pytest
+
+from .peers import (CHUNKED, MEDIUM, FrontSuite, ScgiChecks, ServerSpec, expected_sha256,
+                    latin1_of_utf8, probe, raw_http, start_nginx_uwsgi, upload)
+
+pytestmark = [pytest.mark.peer]
+
+
+class NginxUwsgiSuite(ScgiChecks, FrontSuite):
+    unix = False
+    request_buffering = True
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def front(cls, server):
+        front = start_nginx_uwsgi(server, unix=cls.unix, request_buffering=cls.request_buffering,
+                                  name="nginx-uwsgi-%s-%s" % (
+                                      "unix" if cls.unix else "tcp",
+                                      "buffered" if cls.request_buffering else "streamed"))
+        yield front
+        front.stop()
+
+    @pytest.mark.parametrize("wire, decoded", [
+        ("/environ/x", "/environ/x"),
+        ("/environ/caf%C3%A9/a%20b", latin1_of_utf8("/environ/café/a b")),
+        (latin1_of_utf8("/environ/ü"), latin1_of_utf8("/environ/ü")),
+    ], ids=["plain", "percent", "raw-utf8"])
+    def test_site_mount_path_info(self, front, wire, decoded):
+        """location ~ ^(/app)(/.*)$: SCRIPT_NAME=/app, PATH_INFO the decoded rest (sent after
+        uwsgi_params' PATH_INFO: the last value wins)."""
+        resp = front.request("GET", "/app" + wire + "?k=%C3%A9")
+        assert resp.status == 200, resp.body[:500]
+        env = resp.json()
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/app", decoded)
+        assert (env["REQUEST_URI"], env["QUERY_STRING"]) == ("/app" + wire + "?k=%C3%A9",
+                                                             "k=%C3%A9")
+
+    @pytest.mark.parametrize("wire, decoded", [
+        ("/environ/x", "/environ/x"),
+        ("/environ/caf%C3%A9/a%20b%21", latin1_of_utf8("/environ/café/a b!")),
+    ], ids=["plain", "percent"])
+    def test_stock_uwsgi_params(self, front, wire, decoded):
+        """The stock uwsgi_params only: SCRIPT_NAME "" and PATH_INFO the decoded path as
+        nginx sends it, the status line as HTTP (REQUEST_SCHEME http)."""
+        with contextlib.closing(front.client(port=front.counted_port)) as c:
+            resp = c.request("GET", wire + "?k=1")
+        assert resp.status == 200, resp.body[:500]
+        env = resp.json()
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("", decoded)
+        assert (env["REQUEST_URI"], env["QUERY_STRING"]) == (wire + "?k=1", "k=1")
+        assert (env["REQUEST_SCHEME"], env["wsgi.url_scheme"]) == ("http", "http")
+        assert env["CONTENT_LENGTH"] == ""  # $content_length of a GET, passed as sent
+
+    def test_own_uwsgi_params(self, front):
+        """location ~ ^(/bare)(/.*)$ lists its own uwsgi_param lines: no CONTENT_LENGTH at all
+        for a GET, and the request is served."""
+        resp = front.request("GET", "/bare/environ/x?k=1")
+        assert resp.status == 200, (resp.status, resp.body[:500], front.describe()[-3000:])
+        env = resp.json()
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"], env["QUERY_STRING"]) == (
+            "/bare", "/environ/x", "k=1")
+        assert "CONTENT_LENGTH" not in env
+
+
+class TestNginxUwsgiTcp(NginxUwsgiSuite):
+    unix = False
+
+
+class TestNginxUwsgiUnix(NginxUwsgiSuite):
+    """The same over a Unix socket; the 100 MiB checks already ran over TCP."""
+    unix = True
+
+    @pytest.fixture(autouse=True)
+    def _tcp_covers(self, request):
+        if request.node.originalname in (
+                "test_upload_100mib_read65536", "test_upload_100mib_readline",
+                "test_download_100mib", "test_upload_100mib_read_content_length",
+                "test_site_mount_path_info", "test_stock_uwsgi_params",
+                "test_percent_encoded_path", "test_raw_utf8_path", "test_str_body_latin1") or (
+                request.node.originalname == "test_upload_modes"
+                and request.node.callspec.params.get("mode") not in ("read", "readline")):
+            pytest.skip("covered over TCP: the transport does not change it")
+
+
+class _UwsgiSmokeSuite:
+    """The smoke checks plus bodies (100 MiB up and down), errors and HEAD."""
+    pytestmark = [pytest.mark.peer]
+    mode = "thread"
+    request_buffering = True
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def front(cls, server):
+        front = start_nginx_uwsgi(server, mode=cls.mode, request_buffering=cls.request_buffering,
+                                  name="nginx-uwsgi-%s-%s" % (cls.mode, cls.request_buffering))
+        yield front
+        front.stop()
+
+    test_hello = FrontSuite.test_hello
+    test_environ_query_string = FrontSuite.test_environ_query_string
+    test_upload_modes = FrontSuite.test_upload_modes
+    test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
+    _download = FrontSuite._download
+    test_download_100mib = FrontSuite.test_download_100mib
+    test_chunked_upload = FrontSuite.test_chunked_upload
+    _known_flup_bugs = FrontSuite._known_flup_bugs
+    test_error_page = FrontSuite.test_error_page
+    test_error_after_first_chunk = FrontSuite.test_error_after_first_chunk
+    test_head = FrontSuite.test_head
+    test_response_splitting_refused = FrontSuite.test_response_splitting_refused
+    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
+    test_one_backend_connection_per_request = ScgiChecks.test_one_backend_connection_per_request
+
+
+class TestNginxUwsgiRequestBufferingOff(_UwsgiSmokeSuite):
+    """``uwsgi_request_buffering off``: nginx streams a Content-Length body as it arrives
+    (a chunked one it still buffers, to send CONTENT_LENGTH first)."""
+    request_buffering = False
+
+
+class TestNginxUwsgiForkMode(_UwsgiSmokeSuite):
+    mode = "fork"
+
+
+class TestNginxUwsgiForkModeStreamed(_UwsgiSmokeSuite):
+    mode = "fork"
+    request_buffering = False
+
+
+# ------------------------------------------------------------------------------------------
+# Repeated header lines: nginx before 1.23 sends one uwsgi var per line
+
+REPEATED = ["Cookie: a=1", "X-Forwarded-For: 10.0.0.1", "Cookie: b=2",
+            "X-Forwarded-For: 10.0.0.2"]
+
+
+@pytest.mark.smoke
+def test_repeated_headers_keep_the_last_value(server):
+    if server.is_flup:
+        pytest.skip("flup has no uwsgi server")
+    front = start_nginx_uwsgi(server, name="nginx-uwsgi-repeat")
+    try:
+        resp, body, _ = raw_http(front.host, front.port, [
+            "GET /environ/x?k=1 HTTP/1.1", "Host: localhost", "Connection: close"] + REPEATED)
+    finally:
+        front.stop()
+    assert resp.status == 200, body[:500]
+    env = json.loads(body)
+    assert (env["HTTP_COOKIE"], env["HTTP_X_FORWARDED_FOR"]) == ("b=2", "10.0.0.2")
+
+
+# ------------------------------------------------------------------------------------------
+# The same requests answered by real uWSGI behind the same nginx config
+
+SEEN = ("PATH_INFO", "QUERY_STRING", "REQUEST_METHOD", "SCRIPT_NAME", "CONTENT_LENGTH",
+        "REQUEST_URI", "wsgi.url_scheme")
+
+
+def exchanges(front):
+    """What the app saw and answered for a set of requests: [(request, status, seen)]."""
+    out = []
+    with contextlib.closing(front.client()) as c:
+        for path in ("/environ", "/environ/caf%C3%A9/a%20b?x=1&y=%20", "/app/environ/z?q",
+                     "/bare/environ/w?k=1", latin1_of_utf8("/environ/ü")):
+            resp = c.request("GET", path)
+            env = resp.json() if resp.status == 200 else {}
+            out.append((path, resp.status, {k: env.get(k) for k in SEEN}))
+        resp = c.request("POST", "/environ?post=1", body=b"a=1&b=2",
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        out.append(("POST /environ", resp.status, {k: resp.json().get(k) for k in SEEN}))
+        resp = c.request("GET", "/")
+        out.append(("/", resp.status, resp.body))
+        resp = c.request("GET", "/no-such-route")
+        out.append(("/no-such-route", resp.status, resp.body))
+    for chunked in (False, True):
+        resp = upload(front, "read", MEDIUM, chunked=chunked)
+        got = resp.json()
+        assert (got["length"], got["sha256"]) == (MEDIUM, expected_sha256(MEDIUM)), got
+        out.append(("upload chunked=%s" % chunked, resp.status,
+                    (got["length"], got["sha256"], got["content_length"])))
+    resp = upload(front, "read65536", CHUNKED)
+    out.append(("upload big", resp.status, resp.json()["sha256"]))
+    return out
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("mode", ["thread", "fork"])
+def test_the_app_sees_and_answers_what_it_does_under_uwsgi(server, mode):
+    """Behind one nginx uwsgi_pass config, flupfast and uWSGI 2.0: the same environ keys the
+    issue names, the same bodies read, the same statuses and answers."""
+    if server.is_flup:
+        pytest.skip("flup has no uwsgi server")
+    seen = {}
+    for name, spec in (("ours", server), ("uwsgi", ServerSpec("uwsgi"))):
+        front = start_nginx_uwsgi(spec, mode=mode, name="nginx-uwsgi-diff-%s-%s" % (name, mode))
+        try:
+            seen[name] = exchanges(front)
+        finally:
+            front.stop()
+    assert seen["ours"] == seen["uwsgi"]
+    assert seen["ours"][6] == ("/", 200, probe.HELLO)
