@@ -15,8 +15,8 @@ import json
 
 import pytest
 
-from .peers import (CHUNKED, MEDIUM, FrontSuite, ScgiChecks, ServerSpec, expected_sha256,
-                    latin1_of_utf8, probe, raw_http, start_nginx_uwsgi, upload)
+from .peers import (FrontSuite, ScgiChecks, ServerSpec, latin1_of_utf8, probe, raw_http,
+                    start_nginx_uwsgi, uwsgi_exchanges)
 
 pytestmark = [pytest.mark.peer]
 
@@ -167,37 +167,6 @@ def test_repeated_headers_keep_the_last_value(server):
 # ------------------------------------------------------------------------------------------
 # The same requests answered by real uWSGI behind the same nginx config
 
-SEEN = ("PATH_INFO", "QUERY_STRING", "REQUEST_METHOD", "SCRIPT_NAME", "CONTENT_LENGTH",
-        "REQUEST_URI", "wsgi.url_scheme")
-
-
-def exchanges(front):
-    """What the app saw and answered for a set of requests: [(request, status, seen)]."""
-    out = []
-    with contextlib.closing(front.client()) as c:
-        for path in ("/environ", "/environ/caf%C3%A9/a%20b?x=1&y=%20", "/app/environ/z?q",
-                     "/bare/environ/w?k=1", latin1_of_utf8("/environ/ü")):
-            resp = c.request("GET", path)
-            env = resp.json() if resp.status == 200 else {}
-            out.append((path, resp.status, {k: env.get(k) for k in SEEN}))
-        resp = c.request("POST", "/environ?post=1", body=b"a=1&b=2",
-                         headers={"Content-Type": "application/x-www-form-urlencoded"})
-        out.append(("POST /environ", resp.status, {k: resp.json().get(k) for k in SEEN}))
-        resp = c.request("GET", "/")
-        out.append(("/", resp.status, resp.body))
-        resp = c.request("GET", "/no-such-route")
-        out.append(("/no-such-route", resp.status, resp.body))
-    for chunked in (False, True):
-        resp = upload(front, "read", MEDIUM, chunked=chunked)
-        got = resp.json()
-        assert (got["length"], got["sha256"]) == (MEDIUM, expected_sha256(MEDIUM)), got
-        out.append(("upload chunked=%s" % chunked, resp.status,
-                    (got["length"], got["sha256"], got["content_length"])))
-    resp = upload(front, "read65536", CHUNKED)
-    out.append(("upload big", resp.status, resp.json()["sha256"]))
-    return out
-
-
 @pytest.mark.smoke
 @pytest.mark.parametrize("mode", ["thread", "fork"])
 def test_the_app_sees_and_answers_what_it_does_under_uwsgi(server, mode):
@@ -209,7 +178,7 @@ def test_the_app_sees_and_answers_what_it_does_under_uwsgi(server, mode):
     for name, spec in (("ours", server), ("uwsgi", ServerSpec("uwsgi"))):
         front = start_nginx_uwsgi(spec, mode=mode, name="nginx-uwsgi-diff-%s-%s" % (name, mode))
         try:
-            seen[name] = exchanges(front)
+            seen[name] = uwsgi_exchanges(front)
         finally:
             front.stop()
     assert seen["ours"] == seen["uwsgi"]
