@@ -15,8 +15,10 @@ import json
 
 import pytest
 
-from .peers import (FrontSuite, ScgiChecks, ServerSpec, latin1_of_utf8, probe, raw_http,
-                    start_nginx_uwsgi, uwsgi_exchanges)
+from flupfast.protocols.uwsgi import encode_request
+from .peers import (FrontSuite, ScgiChecks, ServerSpec, free_port, latin1_of_utf8, make_tempdir,
+                    probe, raw_exchange, raw_http, remove_tempdir, start_backend,
+                    start_nginx_uwsgi, uwsgi_exchanges, wait_for_log)
 
 pytestmark = [pytest.mark.peer]
 
@@ -183,3 +185,36 @@ def test_the_app_sees_and_answers_what_it_does_under_uwsgi(server, mode):
             front.stop()
     assert seen["ours"] == seen["uwsgi"]
     assert seen["ours"][6] == ("/", 200, probe.HELLO)
+
+
+# ------------------------------------------------------------------------------------------
+# No front: what a peer that is not a web server sends
+
+GET = [("REQUEST_METHOD", "GET"), ("REQUEST_URI", "/"), ("PATH_INFO", "/"),
+       ("QUERY_STRING", ""), ("SERVER_NAME", "localhost"), ("SERVER_PORT", "80"),
+       ("SERVER_PROTOCOL", "HTTP/1.1")]
+
+
+@pytest.mark.smoke
+def test_bad_input_is_one_log_line_and_the_next_request_is_served(server):
+    """HTTP sent to the uwsgi port, a packet of another modifier1 (uWSGI's other plugins),
+    a vars block whose pair runs past its end: each is one "Protocol error" line naming it
+    and a closed connection without an answer; a good request is then served."""
+    if server.is_flup:
+        pytest.skip("flup has no uwsgi server")
+    root = make_tempdir("uwsgi-bad-input")
+    port = free_port()
+    proc = start_backend(server, root, "127.0.0.1:%d" % port, protocol="uwsgi")
+    try:
+        address = ("127.0.0.1", port)
+        for wire, logged in ((b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "modifier1 71 is not served"),
+                             (encode_request(GET, modifier1=5), "modifier1 5 is not served"),
+                             (b"\x00\x03\x00\x00\x05\x00A", "key of 5 bytes runs past")):
+            assert raw_exchange(address, wire) == b"", logged
+            assert wait_for_log(proc, logged), proc.describe()
+        answer = raw_exchange(address, encode_request(GET))
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(probe.HELLO)
+        assert proc.alive() and "Traceback" not in proc.describe(), proc.describe()
+    finally:
+        proc.stop()
+        remove_tempdir(root)
