@@ -2,7 +2,7 @@
 uwsgi_params``), on loopback TCP and a Unix socket, request buffering on and off, thread and
 fork mode; and the same requests behind the same nginx config answered by real uWSGI, whose
 PATH_INFO, QUERY_STRING, REQUEST_METHOD, SCRIPT_NAME, CONTENT_LENGTH, body, status and answer
-the app must see and give alike.
+the app must see and give alike (single mode gets the smoke checks too).
 
 The stock uwsgi_params send PATH_INFO = $document_uri (decoded) and no SCRIPT_NAME; the main
 location adds SCRIPT_NAME "" and PATH_INFO $uri (so PATH_INFO comes twice, the same value),
@@ -142,6 +142,10 @@ class TestNginxUwsgiForkMode(_UwsgiSmokeSuite):
 class TestNginxUwsgiForkModeStreamed(_UwsgiSmokeSuite):
     mode = "fork"
     request_buffering = False
+
+
+class TestNginxUwsgiSingleMode(_UwsgiSmokeSuite):
+    mode = "single"
 
 
 # ------------------------------------------------------------------------------------------
