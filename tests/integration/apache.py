@@ -165,9 +165,10 @@ def start_apache_proxy_uwsgi(server, mode="thread", name=None):
     require(str(APACHE_MODULES / "mod_proxy_uwsgi.so"), "mod_proxy_uwsgi")
     front = _start_apache_proxy("uwsgi", server, name or "apache-uwsgi", mode=mode,
                                 split="path", options=dict(mode=mode))
-    # mod_proxy_uwsgi ends the client's response normally whatever ends the backend's (a
-    # reset included): a response cut short cannot be signalled through it.
-    front.truncation_signalled = False
+    # mod_proxy_uwsgi passes the backend's reset on only when it meets it waiting for data
+    # (curl: 18, transfer closed); when the reset comes with the last bytes it ends the
+    # client's response normally (measured both ways): the signal is not reliable through it.
+    front.truncation_signalled = None
     return front
 
 

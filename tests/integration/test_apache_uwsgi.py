@@ -1,9 +1,9 @@
 """The server under test over uwsgi behind a real Apache 2.4 mod_proxy_uwsgi
 (``ProxyPass / uwsgi://127.0.0.1:PORT/``; one backend connection per request), thread and
 fork mode. mod_proxy_uwsgi reads the answer's HTTP status line (it refuses a CGI ``Status:``
-block with 502), refuses chunked uploads (411), and ends the client's response normally even
-when the backend resets (so an app failing after its first chunk gives a short 200, as over
-a Unix socket). flup has no uwsgi server: its runs skip. Checks live in scenarios.FrontSuite
+block with 502), refuses chunked uploads (411), and passes a backend's reset on to the client
+only sometimes (an app failing after its first chunk gives a short 200, cut or not). flup
+has no uwsgi server: its runs skip. Checks live in scenarios.FrontSuite
 and scenarios.ScgiChecks.
 """
 import pytest
