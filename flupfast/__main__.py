@@ -1,13 +1,15 @@
 """``python -m flupfast``: serve a WSGI app (``module:callable``), or the built-in demo, over
-FastCGI, SCGI or AJP13, in the thread, fork or single mode of the flup-compatible servers.
+FastCGI, SCGI, uwsgi or AJP13, in the thread, fork or single mode of the flup-compatible
+servers.
 
 Every mistake on the command line is one line on stderr and exit status 2; a failure to start
 (an address that cannot be listened on, an app that does not import) one line and status 1.
 
 A socket passed by systemd (LISTEN_FDS) is served as it is. Otherwise FastCGI with no
 ``--bind`` serves the listening socket inherited on fd 0 (mod_fcgid, lighttpd ``bin-path``,
-spawn-fcgi) and falls back to one CGI request when fd 0 is not a socket; SCGI and AJP without
-``--bind`` listen on flup's defaults (localhost:4000 and localhost:8009). SIGHUP reloads: the
+spawn-fcgi) and falls back to one CGI request when fd 0 is not a socket; SCGI, uwsgi and AJP
+without ``--bind`` listen on flup's defaults (localhost:4000, uwsgi as SCGI, and
+localhost:8009). SIGHUP reloads: the
 requests in flight end, the app is checked to import, and the command is executed afresh in
 the same process (same PID) on the same listening socket; SIGINT and SIGTERM stop it.
 """
@@ -28,16 +30,16 @@ from flupfast.limits import FORK_OVERLOAD_WAIT, RELOAD_CHECK_TIMEOUT
 from flupfast.serving import handover, systemd
 from flupfast.serving.listen import resolve_owner
 
-PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'ajp': 'AJP13'}
+PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'uwsgi': 'uwsgi', 'ajp': 'AJP13'}
 MODES = ('thread', 'fork', 'single')
 LOG_LEVELS = ('DEBUG', 'INFO', 'WARNING', 'ERROR', 'CRITICAL')
 
-DESCRIPTION = ('Serve a WSGI app (module:callable), or the built-in demo, over FastCGI, SCGI '
-               'or AJP13, in the thread, fork or single mode of the flup-compatible servers.')
+DESCRIPTION = ('Serve a WSGI app (module:callable), or the built-in demo, over FastCGI, SCGI, '
+               'uwsgi or AJP13, in the thread, fork or single mode of the flup-compatible servers.')
 EPILOG = """\
 FastCGI with no --bind serves the listening socket inherited on fd 0 (mod_fcgid, lighttpd
-bin-path, spawn-fcgi); SCGI and AJP13 with no --bind listen on flup's defaults
-(localhost:4000 and localhost:8009). SIGHUP reloads (the command is run again), SIGINT and
+bin-path, spawn-fcgi); SCGI, uwsgi and AJP13 with no --bind listen on flup's defaults
+(localhost:4000 for SCGI and uwsgi, localhost:8009). SIGHUP reloads (the command is run again), SIGINT and
 SIGTERM stop, SIGUSR1 replaces fork mode's children."""
 
 # Options that only one mode or protocol reads: given elsewhere they would be ignored in
@@ -53,7 +55,7 @@ _RESTRICTED_OPTIONS = (
     ('--min-spare', 'min_spare', ('thread', 'fork'), None),
     ('--max-spare', 'max_spare', ('thread', 'fork'), None),
     ('--multiplexed', 'multiplexed', None, ('fcgi',)),
-    ('--umask', 'umask', None, ('fcgi', 'scgi')),
+    ('--umask', 'umask', None, ('fcgi', 'scgi', 'uwsgi')),
     ('--ajp-packet-size', 'ajp_packet_size', None, ('ajp',)),
     ('--ajp-secret', 'ajp_secret', None, ('ajp',)),
 )
@@ -230,7 +232,7 @@ def build_parser():
     parser.add_argument('--bind', type=parse_bind, default=None,
                         help='host:port, [v6]:port or unix:/path (default: the socket on fd 0)')
     parser.add_argument('--umask', type=parse_umask, default=None,
-                        help='FastCGI/SCGI: umask (octal) while creating a Unix socket')
+                        help='FastCGI/SCGI/uwsgi: umask (octal) while creating a Unix socket')
     parser.add_argument('--socket-owner', metavar='USER[:GROUP]', type=parse_owner, default=None,
                         help='owner of the Unix socket, e.g. root:www-data: the web server\'s '
                         'user or group must be able to open it')
@@ -306,7 +308,7 @@ def server_kwargs(args):
     else:
         if args.bind is not None:  # else flup's default address for the protocol
             kwargs['bindAddress'] = args.bind
-        if args.umask is not None and args.protocol == 'scgi':  # flup's AJP has no umask
+        if args.umask is not None and args.protocol != 'ajp':  # flup's AJP has no umask
             kwargs['umask'] = args.umask
         kwargs['loggingLevel'] = logging.getLevelName(args.log_level.upper())
     if args.status_path is not None:

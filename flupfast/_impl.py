@@ -72,6 +72,8 @@ TWINS = (
     ("FastCGIParser", "FastCGIParser", "flupfast.protocols.fastcgi", "FastCGIParser"),
     ("frame_stdout", "frame_stdout", "flupfast.protocols.fastcgi", "frame_stdout"),
     ("decode_scgi_request", "decode_request", "flupfast.protocols.scgi", "decode_request"),
+    ("decode_uwsgi_request", "decode_uwsgi_request", "flupfast.protocols.uwsgi",
+     "decode_uwsgi_request"),
     ("AJPParser", "AJPParser", "flupfast.protocols.ajp", "AJPParser"),
     ("decode_forward_request", "decode_forward_request", "flupfast.protocols.ajp",
      "decode_forward_request"),

@@ -5,8 +5,8 @@
 """The compiled twins of flupfast's hot path, one extension built from per-concern .pxi files.
 
 Each public name here has a pure-Python twin with the same name, signature, results and errors
-(protocols/fastcgi.py, protocols/scgi.py, protocols/ajp.py, body.py, serving/prefork.py); only
-flupfast._impl picks between them, and tests run both.
+(protocols/fastcgi.py, protocols/scgi.py, protocols/uwsgi.py, protocols/ajp.py, body.py,
+serving/prefork.py); only flupfast._impl picks between them, and tests run both.
 Errors and constants are imported from the pure modules, never redefined.
 """
 # cdivision: the only divisions are of non-negative sizes by positive ones.
@@ -40,6 +40,7 @@ cdef extern from "Python.h":
 
 include "_cython/fastcgi.pxi"
 include "_cython/scgi.pxi"
+include "_cython/uwsgi.pxi"
 include "_cython/ajp.pxi"
 include "_cython/body.pxi"
 include "_cython/prefork.pxi"

@@ -20,6 +20,10 @@ MAX_PARAMS_PAIRS = 4096
 # buffered.
 MAX_SCGI_HEADER_BYTES = MAX_PARAMS_BYTES
 
+# uwsgi vars block: its 16-bit datasize field cannot say more than 65,535 bytes (nginx refuses
+# to build a larger one, uWSGI's own buffer-size defaults to 4 KiB); the cap only states it.
+MAX_UWSGI_VARS_BYTES = 0xFFFF
+
 # PARAMS one FastCGI connection may hold at once, summed over the requests begun on it, as a
 # multiple of the per-request cap: room for a few multiplexed requests with huge headers, while
 # MAX_OPEN_REQUESTS streams of MAX_PARAMS_BYTES each (1 GiB) cannot be held by one connection.

@@ -1,5 +1,6 @@
-"""Response bytes on the wire: the CGI-style header block and its responder (FastCGI and
-SCGI), and the one helper that sends a list of buffers without copying them.
+"""Response bytes on the wire: the CGI-style header block and its responder (FastCGI, SCGI;
+uwsgi's HTTP head is the same block behind a status line), and the one helper that sends a
+list of buffers without copying them.
 
 No WSGI logic here (that is gateway.py) and no protocol framing (that is in the codecs).
 """
@@ -15,12 +16,18 @@ from flupfast.limits import MAX_IOVECS
 JOIN_HEAD_LIMIT = 4096
 
 
-def build_cgi_head(status, headers):
-    """``Status: <status>\\r\\n`` + ``Name: value\\r\\n``... + ``\\r\\n`` (flup's fcgi_base.py:1124).
+# What starts a CGI-style header block (FastCGI, SCGI, CGI); uwsgi's starts with the HTTP
+# status line's version instead (``HTTP/1.1 ``: nginx and Apache parse it as from HTTP).
+CGI_STATUS_PREFIX = b'Status: '
+
+
+def build_cgi_head(status, headers, status_prefix=CGI_STATUS_PREFIX):
+    """``Status: <status>\\r\\n`` + ``Name: value\\r\\n``... + ``\\r\\n`` (flup's
+    fcgi_base.py:1124); with ``status_prefix`` ``HTTP/1.1 ``, an HTTP response head.
 
     ``status`` and the header names and values are bytes; order and case are kept.
     """
-    parts = [b'Status: ', status, b'\r\n']
+    parts = [status_prefix, status, b'\r\n']
     for name, value in headers:
         parts += (name, b': ', value, b'\r\n')
     parts.append(b'\r\n')
@@ -33,8 +40,15 @@ OVERLOADED_STATUS = 503
 OVERLOADED_REASON = b'Service Unavailable'
 OVERLOADED_HEADERS = [(b'Content-Type', b'text/plain'), (b'Retry-After', b'1')]
 OVERLOADED_BODY = b'503 Service Unavailable: the server is overloaded, retry later.\n'
-OVERLOADED_CGI_RESPONSE = build_cgi_head(b'%d %s' % (OVERLOADED_STATUS, OVERLOADED_REASON),
-                                         OVERLOADED_HEADERS) + OVERLOADED_BODY
+
+
+def overloaded_response(status_prefix=CGI_STATUS_PREFIX):
+    """The whole 503 answer, head and body, as a CGI-style block (or an HTTP response)."""
+    return build_cgi_head(b'%d %s' % (OVERLOADED_STATUS, OVERLOADED_REASON), OVERLOADED_HEADERS,
+                          status_prefix) + OVERLOADED_BODY
+
+
+OVERLOADED_CGI_RESPONSE = overloaded_response()
 
 
 class PartsWriter:
@@ -96,17 +110,19 @@ def shutdown_quietly(sock, how=socket.SHUT_WR):
 
 
 class CGIResponder:
-    """The gateway's responder for CGI-style protocols: a ``Status:`` header block, then the
-    body, on one byte stream; headers and the first body bytes leave in one send.
+    """The gateway's responder for CGI-style protocols: a ``Status:`` header block (uwsgi: an
+    HTTP status line, by ``status_prefix``), then the body, on one byte stream; headers and
+    the first body bytes leave in one send.
     """
 
-    __slots__ = ('_stream',)
+    __slots__ = ('_stream', '_prefix')
 
-    def __init__(self, stream):
+    def __init__(self, stream, status_prefix=CGI_STATUS_PREFIX):
         self._stream = stream
+        self._prefix = status_prefix
 
     def send_head(self, status, headers, data, more):
-        head = build_cgi_head(status, headers)
+        head = build_cgi_head(status, headers, self._prefix)
         if len(data) <= JOIN_HEAD_LIMIT:
             # One part, so one record: joining a small body costs less than framing it apart.
             self._stream.write_parts((head + data,), more)

@@ -14,12 +14,11 @@ from flupfast.body import ClientDisconnected
 from flupfast.connection import LoggedConnection
 from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
-from flupfast.output import OVERLOADED_CGI_RESPONSE, PartsWriter, is_regular_file
+from flupfast.output import CGI_STATUS_PREFIX, PartsWriter, is_regular_file, overloaded_response
 from flupfast.protocols.errors import SCGIError
 from flupfast.serving.job import WAIT
 
 LoggerName = 'scgi-wsgi'
-_logger = logging.getLogger(LoggerName)
 
 
 class RawOutputStream(PartsWriter):
@@ -52,15 +51,17 @@ class RawOutputStream(PartsWriter):
 
 
 class SCGIRequest:
-    """One SCGI request (flup's ``scgi_base.Request``: ``environ``, ``stdin``, ``stdout``
-    and ``run``, the names a ``handler``/``error`` override uses)."""
+    """One SCGI (or uwsgi) request (flup's ``scgi_base.Request``: ``environ``, ``stdin``,
+    ``stdout`` and ``run``, the names a ``handler``/``error`` override uses); its connection
+    gives the logger and what starts the response head (``status_prefix``)."""
 
     def __init__(self, conn, environ, input, output):
         self._conn = conn
         self.environ = environ
         self.stdin = input
         self.stdout = output
-        self.logger = _logger
+        self.logger = conn.logger
+        self.status_prefix = conn.status_prefix(environ)
 
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was
@@ -97,14 +98,26 @@ class SCGIRequest:
 
 class SCGIConnection(LoggedConnection):
     """A connection from the web server: one request, then the socket is closed (scgi
-    protocol.txt; flup ``scgi_base.Connection``). ``run()`` returns the requests served."""
+    protocol.txt; flup ``scgi_base.Connection``). ``run()`` returns the requests served.
+
+    uwsgi_connection.py serves uwsgi with it: a request head, CONTENT_LENGTH body bytes and a
+    response on the raw socket there too; the class attributes below are what differs."""
+
+    logger_name = LoggerName
+    decoder = 'decode_scgi_request'  # the codec's name in _impl (looked up per request)
+    error = SCGIError
+    head_name = 'the header netstring'
 
     def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr, server, timeout, LoggerName)
+        super().__init__(sock, addr, server, timeout, self.logger_name)
         self._body = None
 
+    def status_prefix(self, environ):
+        """What starts the response head: SCGI answers with CGI's ``Status:`` header."""
+        return CGI_STATUS_PREFIX
+
     def _read_header(self):
-        """The header netstring: (environ, content_length, body bytes received with it)."""
+        """The request head: (environ, content_length, body bytes received with it)."""
         self.idle = True  # no request byte yet: a stop may end the wait
         try:
             data = self.recv_some() if self.on_idle(self, False) is WAIT else b''
@@ -112,19 +125,20 @@ class SCGIConnection(LoggedConnection):
             self.idle = False
         if not data:
             raise EOFError  # closed before a request: a health check, not an error
-        decoded = _impl.decode_scgi_request(data)
+        decode = getattr(_impl, self.decoder)
+        decoded = decode(data)
         if decoded is None:
-            head = bytearray(data)  # the netstring spans receives: gather it
+            head = bytearray(data)  # the head spans receives: gather it
             while decoded is None:
                 data = self.recv_some()
                 if not data:
-                    raise SCGIError('connection closed inside the header netstring '
-                                    '(%d bytes received)' % len(head))
+                    raise self.error('connection closed inside %s (%d bytes received)'
+                                     % (self.head_name, len(head)))
                 head += data
-                decoded = _impl.decode_scgi_request(head)
+                decoded = decode(head)
             data = head
         environ, content_length, used = decoded
-        # Bytes beyond CONTENT_LENGTH are not ours to read: SCGI has one request per connection.
+        # Bytes beyond CONTENT_LENGTH are not ours to read: one request per connection.
         return environ, content_length, bytes(data[used:used + content_length])
 
     def _serve(self):
@@ -148,9 +162,10 @@ class SCGIConnection(LoggedConnection):
             body.left -= len(data)
 
     def _answer_overloaded(self):
-        """SCGI has no refusal of its own: the header netstring is read, a 503 sent."""
-        self._read_header()
-        self.send([OVERLOADED_CGI_RESPONSE])
+        """SCGI (and uwsgi) has no refusal of its own: the request head is read, a 503
+        sent."""
+        environ = self._read_header()[0]
+        self.send([overloaded_response(self.status_prefix(environ))])
 
     def _finish(self):
         """Close; when body bytes may still be on the way, close lingering so the web

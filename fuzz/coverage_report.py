@@ -16,7 +16,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from flupfast import body  # noqa: E402
-from flupfast.protocols import ajp, fastcgi, scgi  # noqa: E402
+from flupfast.protocols import ajp, fastcgi, scgi, uwsgi  # noqa: E402
 from fuzz import oracles  # noqa: E402
 from tests.conftest import COMPILED, PURE  # noqa: E402
 
@@ -24,6 +24,7 @@ from tests.conftest import COMPILED, PURE  # noqa: E402
 DECODERS = {
     'fastcgi': [fastcgi.decode_params, fastcgi.FastCGIParser],
     'scgi': [scgi.decode_request, scgi._decode_headers, scgi.parse_content_length],
+    'uwsgi': [uwsgi.decode_uwsgi_request, uwsgi._decode_vars],
     'ajp': [ajp.AJPParser, ajp._bad_magic, ajp._truncated, ajp._string,
             ajp.parse_content_length, ajp.decode_forward_request, ajp.decode_body_chunk],
     'input_stream': [body.InputStream],

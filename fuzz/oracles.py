@@ -23,9 +23,10 @@ import sys
 
 from flupfast.limits import (
     AJP_MAX_PACKET, MAX_OPEN_REQUESTS, MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS, MAX_RECORD_CONTENT,
-    MAX_SCGI_HEADER_BYTES, PENDING_PARAMS_REQUESTS)
+    MAX_SCGI_HEADER_BYTES, MAX_UWSGI_VARS_BYTES, PENDING_PARAMS_REQUESTS)
 from flupfast.body import ClientDisconnected
-from flupfast.protocols.errors import AJPError, FastCGIError, ProtocolError, SCGIError
+from flupfast.protocols.errors import (
+    AJPError, FastCGIError, ProtocolError, SCGIError, UWSGIError)
 
 # The largest whole FastCGI record: header, 16-bit content length, 8-bit padding length.
 MAX_RECORD_BYTES = 8 + MAX_RECORD_CONTENT + 0xFF
@@ -36,6 +37,7 @@ KINDS = ('bytes', 'bytearray', 'view')
 # can reach (a fuzzer cannot grow a 1 MiB PARAMS stream).
 FASTCGI_CAPS = ((MAX_PARAMS_BYTES, MAX_PARAMS_PAIRS), (400, 5), (70000, 2), (16, 1), (0, 0))
 SCGI_CAPS = ((MAX_SCGI_HEADER_BYTES, MAX_PARAMS_PAIRS), (100, 4), (9, 1), (1, 0))
+UWSGI_CAPS = ((MAX_UWSGI_VARS_BYTES, MAX_PARAMS_PAIRS), (100, 4), (9, 1), (0, 0))
 AJP_MAX_PACKETS = (AJP_MAX_PACKET, 8192, 300, 5)
 
 
@@ -183,36 +185,63 @@ def _scgi_outcome(backend, data, caps):
     return result
 
 
-def scgi_log(backend, wire, cuts, kind, caps):
-    """Decode as SCGIConnection does: after each receive, the header bytes gathered so far;
-    one outcome per receive until a result or an error."""
+def scgi_log(backend, wire, cuts, kind, caps, decoded=_scgi_outcome):
+    """Decode as SCGIConnection does (and UWSGIConnection, with ``decoded=_uwsgi_outcome``):
+    after each receive, the header bytes gathered so far; one outcome per receive until a
+    result or an error."""
     head = bytearray()
     log = []
     for data in feeds(wire, cuts, kind):
         head += data
-        outcome = _scgi_outcome(backend, head if kind == 'bytearray' else bytes(head), caps)
+        outcome = decoded(backend, head if kind == 'bytearray' else bytes(head), caps)
         log.append(outcome)
         if outcome is not None:
             break
     return log
 
 
-def check_scgi(pure, compiled, wire, cuts=(), kind='bytes', caps=SCGI_CAPS[0]):
-    logs = [scgi_log(b, wire, cuts, kind, caps) for b in (pure, compiled)]
-    assert logs[0] == logs[1], 'the SCGI twins disagree'
+def check_scgi(pure, compiled, wire, cuts=(), kind='bytes', caps=SCGI_CAPS[0],
+               decoded=_scgi_outcome, protocol='SCGI'):
+    logs = [scgi_log(b, wire, cuts, kind, caps, decoded) for b in (pure, compiled)]
+    assert logs[0] == logs[1], 'the %s twins disagree' % protocol
     if not wire:
         return logs[0]
     last = logs[0][-1]
-    whole = _scgi_outcome(compiled, wire, caps)
+    whole = decoded(compiled, wire, caps)
     if last is None:
         assert whole is None, 'an incomplete header decoded once whole'
     elif last[0] == 'error':
         # The message may name a different first fault (e.g. too many digits rather than
         # a length over the cap), never a different verdict.
-        assert whole is not None and whole[0] == 'error', 'the split changed the SCGI verdict'
+        assert whole is not None and whole[0] == 'error', \
+            'the split changed the %s verdict' % protocol
     else:
-        assert whole == last, 'the split changed the SCGI request'
+        assert whole == last, 'the split changed the %s request' % protocol
     return logs[0]
+
+
+# -- uwsgi ------------------------------------------------------------------------------------
+
+def _uwsgi_outcome(backend, data, caps):
+    try:
+        result = backend.decode_uwsgi_request(data, *caps)
+    except ProtocolError as exc:
+        return _error(exc, UWSGIError)
+    if result is None:
+        # Incomplete: at most the 4-byte header and the capped vars block are buffered.
+        assert len(data) < 4 + caps[0] + 1, \
+            'an incomplete header of %d bytes over the %d-byte cap' % (len(data), caps[0])
+        return None
+    environ, content_length, used = result
+    assert all(type(k) is str and k and type(v) is str for k, v in environ.items())
+    assert len(environ) <= caps[1]
+    assert type(content_length) is int and content_length >= 0
+    assert used == 4 + (data[1] | data[2] << 8) <= len(data) and data[0] == 0
+    return result
+
+
+def check_uwsgi(pure, compiled, wire, cuts=(), kind='bytes', caps=UWSGI_CAPS[0]):
+    return check_scgi(pure, compiled, wire, cuts, kind, caps, _uwsgi_outcome, 'uwsgi')
 
 
 # -- AJP13 ------------------------------------------------------------------------------------
@@ -414,6 +443,13 @@ def scgi_case(data):
                 caps=SCGI_CAPS[(flags >> 2) % len(SCGI_CAPS)])
 
 
+def uwsgi_case(data):
+    flags = data[0] if data else 0
+    cuts, pos = _cuts(data, 1)
+    return dict(wire=bytes(data[pos:]), cuts=cuts, kind=KINDS[flags % 3],
+                caps=UWSGI_CAPS[(flags >> 2) % len(UWSGI_CAPS)])
+
+
 def ajp_case(data):
     flags = data[0] if data else 0
     cuts, pos = _cuts(data, 1)
@@ -464,6 +500,7 @@ def input_stream_case(data):
 CODECS = {
     'fastcgi': (fastcgi_case, check_fastcgi),
     'scgi': (scgi_case, check_scgi),
+    'uwsgi': (uwsgi_case, check_uwsgi),
     'ajp': (ajp_case, check_ajp),
     'input_stream': (input_stream_case, check_input_stream),
 }

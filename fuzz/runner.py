@@ -19,7 +19,7 @@ import atheris  # noqa: E402  (opt-in: pip install atheris; see fuzz/README.md)
 
 with atheris.instrument_imports(include=['flupfast.protocols', 'flupfast.body']):
     from flupfast import body as _body  # noqa: F401
-    from flupfast.protocols import ajp, fastcgi, scgi  # noqa: F401
+    from flupfast.protocols import ajp, fastcgi, scgi, uwsgi  # noqa: F401
     from fuzz import oracles
 
 from tests.conftest import COMPILED, COMPILED_ERROR, PURE  # noqa: E402
@@ -47,6 +47,12 @@ def seeds(codec):
         wire = scgi.encode_request({'REQUEST_METHOD': 'GET', 'HTTP_HOST': 'x'}, b'body')
         return [_control(0, []) + wire, _control(1, [2, 20]) + wire,
                 _control(4, []) + scgi.encode_request({}, b'')]
+    if codec == 'uwsgi':
+        wire = uwsgi.encode_request({'REQUEST_METHOD': 'POST', 'HTTP_HOST': 'x',
+                                     'HTTP_COOKIE': 'a=1'}, b'body')
+        return [_control(0, []) + wire, _control(1, [2, 20]) + wire,
+                _control(4, []) + uwsgi.encode_request({'CONTENT_LENGTH': ''}),
+                _control(0, []) + uwsgi.encode_request({}, modifier1=5)]
     if codec == 'ajp':
         post = ajp_client.request_bytes('POST', '/u', body=b'hello',
                                         headers=[('Host', 'h'), ('X-A', 'b')],

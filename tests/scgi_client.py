@@ -3,20 +3,23 @@ CGI-style response parsed from a socket read to EOF."""
 from flupfast.protocols.scgi import encode_request
 
 
-def request_bytes(uri='/', method='GET', body=b'', script_name='', path_info=None,
+def request_pairs(uri='/', method='GET', body=b'', script_name='', path_info=None,
                   extra=(), content_length=None):
-    """An SCGI request for ``uri`` (path?query). Without ``path_info`` none is sent (nginx's
-    stock scgi_params sends none)."""
-    path, _, query = uri.partition('?')
+    """The variables of a request for ``uri`` (path?query), CONTENT_LENGTH and SCGI first.
+    Without ``path_info`` none is sent (nginx's stock scgi_params sends none)."""
     pairs = [('CONTENT_LENGTH', str(len(body) if content_length is None else content_length)),
              ('SCGI', '1'), ('REQUEST_METHOD', method), ('REQUEST_URI', uri),
-             ('QUERY_STRING', query), ('SCRIPT_NAME', script_name),
+             ('QUERY_STRING', uri.partition('?')[2]), ('SCRIPT_NAME', script_name),
              ('SERVER_NAME', 'localhost'), ('SERVER_PORT', '80'),
              ('SERVER_PROTOCOL', 'HTTP/1.1'), ('REMOTE_ADDR', '127.0.0.1')]
     if path_info is not None:
         pairs.append(('PATH_INFO', path_info))
-    pairs += list(extra)
-    return encode_request(pairs, body)
+    return pairs + list(extra)
+
+
+def request_bytes(uri='/', method='GET', body=b'', **kw):
+    """An SCGI request (``request_pairs``' arguments) and its body."""
+    return encode_request(request_pairs(uri, method, body, **kw), body)
 
 
 def read_all(sock):

@@ -1,6 +1,6 @@
-"""``python -m flupfast.client``: send one request to a FastCGI, SCGI or AJP13 backend, as the
-web server would, and print its answer (``Status:`` line, headers, blank line, body) — what
-``cgi-fcgi`` is for FastCGI, for all three protocols, with an exit status a health check can use:
+"""``python -m flupfast.client``: send one request to a FastCGI, SCGI, uwsgi or AJP13 backend, as
+the web server would, and print its answer (``Status:`` line, headers, blank line, body) — what
+``cgi-fcgi`` is for FastCGI, for all four protocols, with an exit status a health check can use:
 0 for an answer below 500, 1 for a 5xx answer or a backend that cannot be reached or answers
 nonsense (one line on stderr), 2 for a mistake on the command line.
 
@@ -16,7 +16,7 @@ import urllib.parse
 from flupfast.client._proxy import BackendError
 from flupfast.protocols.errors import ProtocolError
 
-PROTOCOLS = ('fcgi', 'scgi', 'ajp')
+PROTOCOLS = ('fcgi', 'scgi', 'uwsgi', 'ajp')
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -117,6 +117,9 @@ def make_app(args):
     if args.protocol == 'scgi':
         from flupfast.client.scgi_app import SCGIApp
         return SCGIApp(connect=args.address)
+    if args.protocol == 'uwsgi':
+        from flupfast.client.uwsgi_app import UWSGIApp
+        return UWSGIApp(connect=args.address)
     from flupfast.client.ajp_app import AJPApp
     return AJPApp(connect=args.address, secret=args.secret)
 

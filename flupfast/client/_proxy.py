@@ -88,16 +88,24 @@ def input_chunks(environ):
         raise OSError('wsgi.input ended %d bytes before CONTENT_LENGTH' % left)
 
 
-def parse_head(head, reason):
+def parse_head(head, reason, status_line=False):
     """The header block (without its blank line) -> (status str, [(name, value)] str).
 
     Lines may end in CRLF or bare LF (flup drops a character per line of the latter). Names
     are lower-cased as flup does; ``Status`` becomes the status, given ``reason`` when it has
-    no reason phrase; without it the status is 200 OK.
+    no reason phrase; without it the status is 200 OK. With ``status_line`` (uwsgi) the head
+    starts with an HTTP status line (``HTTP/1.1 200 OK``), whose status it is.
     """
     status = '200 OK'
     headers = []
-    for line in head.split(b'\n'):
+    lines = head.split(b'\n')
+    if status_line:
+        version, _, status = lines.pop(0).strip().partition(b' ')
+        if not version.startswith(b'HTTP/') or not status[:3].isdigit():
+            raise BackendError('malformed status line %r' % (version + b' ' + status)[:200])
+        status = status.decode('latin-1')
+        status = status if ' ' in status else status + ' ' + reason
+    for line in lines:
         line = line.strip()
         if not line:
             continue
@@ -113,7 +121,7 @@ def parse_head(head, reason):
     return status, headers
 
 
-def respond(chunks, start_response, reason, on_close):
+def respond(chunks, start_response, reason, on_close, status_line=False):
     """Read the head from ``chunks`` (an iterator of stdout bytes), call ``start_response``
     and return the body as an iterable that streams the rest; ``on_close`` runs when the
     server closes it (or here, on an error before that)."""
@@ -133,7 +141,7 @@ def respond(chunks, start_response, reason, on_close):
                                    'response head')
             buf += chunk
         head_end, body_start = end
-        status, headers = parse_head(bytes(buf[:head_end]), reason)
+        status, headers = parse_head(bytes(buf[:head_end]), reason, status_line)
         start_response(status, headers)
     except BaseException:
         on_close()

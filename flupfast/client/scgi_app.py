@@ -23,8 +23,11 @@ class SCGIApp(EnvironFilter):
     given instead. ``filterEnviron`` (default) sends only the CGI variables of the environ.
     """
 
+    # What the answer's head starts with (uwsgi_app.UWSGIApp: an HTTP status line).
+    _status_line = False
+
     def __init__(self, connect=None, host=None, port=None, filterEnviron=True):
-        self._connect = backend_address('SCGIApp', connect, host, port)
+        self._connect = backend_address(type(self).__name__, connect, host, port)
         self._filterEnviron = filterEnviron
 
     def __call__(self, environ, start_response):
@@ -33,16 +36,21 @@ class SCGIApp(EnvironFilter):
             headers = self._filtered(environ)
             headers.pop('CONTENT_LENGTH', None)
             headers.pop('SCGI', None)
-            # CONTENT_LENGTH first and SCGI=1 (protocol.txt), then the environ.
-            pairs = [('CONTENT_LENGTH', str(int(environ.get('CONTENT_LENGTH') or 0))),
-                     ('SCGI', '1')] + list(headers.items())
-            sock.sendall(scgi.encode_request(pairs))
+            sock.sendall(self._encode(str(int(environ.get('CONTENT_LENGTH') or 0)), headers))
             for chunk in input_chunks(environ):
                 sock.sendall(chunk)
         except BaseException:
             sock.close()
             raise
-        return respond(self._stdout(sock), start_response, 'SCGIApp', sock.close)
+        return respond(self._stdout(sock), start_response, type(self).__name__, sock.close,
+                       self._status_line)
+
+    @staticmethod
+    def _encode(content_length, headers):
+        """The request head: CONTENT_LENGTH first and SCGI=1 (protocol.txt), then the
+        environ."""
+        return scgi.encode_request([('CONTENT_LENGTH', content_length), ('SCGI', '1')]
+                                   + list(headers.items()))
 
     @staticmethod
     def _stdout(sock):

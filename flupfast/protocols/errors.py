@@ -18,3 +18,7 @@ class SCGIError(ProtocolError):
 
 class AJPError(ProtocolError):
     """Malformed AJP13 input."""
+
+
+class UWSGIError(ProtocolError):
+    """Malformed uwsgi input, or a packet this server does not serve (modifier1 other than 0)."""

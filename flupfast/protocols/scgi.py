@@ -101,12 +101,13 @@ def _decode_headers(block, max_pairs):
     return environ, parse_content_length(environ['CONTENT_LENGTH'])
 
 
-def parse_content_length(value):
-    """CONTENT_LENGTH (a str of ASCII digits) -> int, at most 2**63 - 1; else SCGIError."""
+def parse_content_length(value, error=SCGIError):
+    """CONTENT_LENGTH (a str of ASCII digits) -> int, at most 2**63 - 1; else ``error`` (the
+    protocol's: uwsgi uses this too)."""
     digits = value.lstrip('0')
     # The length test first: int() refuses strings of over 4300 digits (and would be slow).
     if len(digits) > 19 or int(digits or '0') > _MAX_CONTENT_LENGTH:
-        raise SCGIError('CONTENT_LENGTH of %d digits is too large' % len(value))
+        raise error('CONTENT_LENGTH of %d digits is too large' % len(value))
     return int(digits or '0')
 
 

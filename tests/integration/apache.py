@@ -144,6 +144,20 @@ def start_apache_proxy_scgi(server, pathinfo=False, mode="thread", name=None):
                                options=dict(pathinfo=pathinfo, mode=mode))
 
 
+def start_apache_proxy_uwsgi(server, mode="thread", name=None):
+    """Apache mod_proxy_uwsgi (``ProxyPass / uwsgi://127.0.0.1:PORT/``, one backend connection
+    per request): it sends SCRIPT_NAME "" and PATH_INFO = the decoded path, and reads an HTTP
+    status line back."""
+    require(str(APACHE_MODULES / "mod_proxy_uwsgi.so"), "mod_proxy_uwsgi")
+    front = _start_apache_proxy("uwsgi", server, name or "apache-uwsgi", mode=mode,
+                                split="path", options=dict(mode=mode))
+    # mod_proxy_uwsgi passes the backend's reset on only when it meets it waiting for data
+    # (curl: 18, transfer closed); when the reset comes with the last bytes it ends the
+    # client's response normally (measured both ways): the signal is not reliable through it.
+    front.truncation_signalled = None
+    return front
+
+
 def start_apache_proxy_ajp(server, ping=None, secret=None, io_buffer=None, mode="thread",
                            name=None):
     """Apache mod_proxy_ajp with its pooled, reused backend connections (``disablereuse=Off``,

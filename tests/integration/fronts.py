@@ -155,8 +155,9 @@ class Front:
     spools_chunked: bool = True    # the front reads a chunked body whole, then sets the length
     protocol: str = "fcgi"         # what the front speaks to the backend: fcgi, scgi, ajp
     # The backend can tell this front that a response was cut short (truncated-response-
-    # signalled): false only for SCGI over a Unix socket, which ends at EOF and cannot reset.
-    truncation_signalled: bool = True
+    # signalled): false for SCGI and uwsgi over a Unix socket, which end at EOF and cannot
+    # reset; None where the front passes the reset on only sometimes (mod_proxy_uwsgi).
+    truncation_signalled: Optional[bool] = True
 
     def expected_split(self, full):
         """(SCRIPT_NAME, PATH_INFO) the app should see for the decoded request path."""

@@ -1,6 +1,6 @@
 """nginx as a front for the peer tests: its config (one foreground nginx per test, everything
-under the test's temp dir) and the starters for fastcgi_pass and scgi_pass to the server under
-test.
+under the test's temp dir) and the starters for fastcgi_pass, scgi_pass and uwsgi_pass to the
+server under test.
 """
 
 from tests.integration.backend_process import free_port
@@ -144,8 +144,9 @@ def _run_nginx(front, conf, bind, proxy):
     return front
 
 
-# The http block of start_nginx_scgi's config (after NGINX_FRAME's common lines).
-NGINX_SCGI_HTTP = """\
+# The http block of start_nginx_scgi's and start_nginx_uwsgi's config (after NGINX_FRAME's
+# common lines); {m} is the nginx module, scgi or uwsgi.
+NGINX_CGI_LIKE_HTTP = """\
     client_max_body_size 0;
     keepalive_requests 10000;
 
@@ -154,51 +155,52 @@ NGINX_SCGI_HTTP = """\
         server_name localhost;
 
         # What a typical site adds to the stock scgi_params (which send REQUEST_URI and
-        # DOCUMENT_URI but neither SCRIPT_NAME nor PATH_INFO): the app at the root.
+        # DOCUMENT_URI but neither SCRIPT_NAME nor PATH_INFO): the app at the root. (The stock
+        # uwsgi_params send PATH_INFO $document_uri: uwsgi gets it twice, the same value.)
         location / {{
-            include /etc/nginx/scgi_params;
-            scgi_param SCRIPT_NAME "";
-            scgi_param PATH_INFO $uri;
-            scgi_pass {backend};
-{scgi_common}
+            include /etc/nginx/{m}_params;
+            {m}_param SCRIPT_NAME "";
+            {m}_param PATH_INFO $uri;
+            {m}_pass {backend};
+{common}
         }}
 
         # The app mounted on a prefix: the regex captures split the decoded $uri.
         location ~ ^(/app)(/.*)$ {{
-            include /etc/nginx/scgi_params;
-            scgi_param SCRIPT_NAME $1;
-            scgi_param PATH_INFO $2;
-            scgi_pass {backend};
-{scgi_common}
+            include /etc/nginx/{m}_params;
+            {m}_param SCRIPT_NAME $1;
+            {m}_param PATH_INFO $2;
+            {m}_pass {backend};
+{common}
         }}
 
-        # A site's own parameter list instead of the stock scgi_params: no SCGI=1 (nginx adds
-        # only CONTENT_LENGTH by itself).
+        # A site's own parameter list instead of the stock ones: no SCGI=1 (nginx adds only
+        # CONTENT_LENGTH by itself to SCGI, nothing to uwsgi).
         location ~ ^(/bare)(/.*)$ {{
-            scgi_param REQUEST_METHOD $request_method;
-            scgi_param REQUEST_URI $request_uri;
-            scgi_param QUERY_STRING $query_string;
-            scgi_param CONTENT_TYPE $content_type;
-            scgi_param SERVER_PROTOCOL $server_protocol;
-            scgi_param SERVER_NAME $server_name;
-            scgi_param SERVER_PORT $server_port;
-            scgi_param REMOTE_ADDR $remote_addr;
-            scgi_param SCRIPT_NAME $1;
-            scgi_param PATH_INFO $2;
-            scgi_pass {backend};
-{scgi_common}
+            {m}_param REQUEST_METHOD $request_method;
+            {m}_param REQUEST_URI $request_uri;
+            {m}_param QUERY_STRING $query_string;
+            {m}_param CONTENT_TYPE $content_type;
+            {m}_param SERVER_PROTOCOL $server_protocol;
+            {m}_param SERVER_NAME $server_name;
+            {m}_param SERVER_PORT $server_port;
+            {m}_param REMOTE_ADDR $remote_addr;
+            {m}_param SCRIPT_NAME $1;
+            {m}_param PATH_INFO $2;
+            {m}_pass {backend};
+{common}
         }}
     }}
 
-    # The same app through the connection-counting proxy, with the stock scgi_params only:
-    # the server derives SCRIPT_NAME and PATH_INFO from REQUEST_URI.
+    # The same app through the connection-counting proxy, with the stock parameters only:
+    # for SCGI the server derives SCRIPT_NAME and PATH_INFO from REQUEST_URI.
     server {{
         listen 127.0.0.1:{counted_port};
         server_name localhost;
         location / {{
-            include /etc/nginx/scgi_params;
-            scgi_pass {counted};
-{scgi_common}
+            include /etc/nginx/{m}_params;
+            {m}_pass {counted};
+{common}
         }}
     }}
 """
@@ -211,7 +213,19 @@ def start_nginx_scgi(server, unix=False, mode="thread", name=None):
     ``scgi_request_buffering on`` (the default, kept explicit): nginx 1.22 with it off
     truncates large uploads, and it turns chunked uploads into Content-Length bodies.
     """
-    name = name or "nginx-scgi"
+    return _start_nginx_cgi_like("scgi", server, unix, mode, name or "nginx-scgi", True)
+
+
+def start_nginx_uwsgi(server, unix=False, mode="thread", name=None, request_buffering=True):
+    """nginx ``uwsgi_pass`` (``include uwsgi_params``) -> the server under test over uwsgi, on
+    loopback TCP (default) or a Unix socket; also a counted port via the counting proxy.
+    nginx buffers a chunked upload whatever ``request_buffering`` says (it must send
+    CONTENT_LENGTH first)."""
+    return _start_nginx_cgi_like("uwsgi", server, unix, mode, name or "nginx-uwsgi",
+                                 request_buffering)
+
+
+def _start_nginx_cgi_like(module, server, unix, mode, name, request_buffering):
     root, port, counted_port = _prepare(name)
     if unix:
         backend_addr, counted_addr = str(root / "backend.sock"), str(root / "counted.sock")
@@ -222,12 +236,14 @@ def start_nginx_scgi(server, unix=False, mode="thread", name=None):
         backend_addr, counted_addr = ("127.0.0.1", backend_port), ("127.0.0.1", proxy_port)
         bind = "127.0.0.1:%d" % backend_port
         backend, counted = bind, "127.0.0.1:%d" % proxy_port
-    common = _pass_options("scgi", "request_buffering on")
-    conf = nginx_config(root, NGINX_SCGI_HTTP.format(
-        port=port, counted_port=counted_port, backend=backend, counted=counted,
-        scgi_common=common))
+    common = _pass_options(module, "request_buffering %s" % ("on" if request_buffering
+                                                              else "off"))
+    conf = nginx_config(root, NGINX_CGI_LIKE_HTTP.format(
+        m=module, port=port, counted_port=counted_port, backend=backend, counted=counted,
+        common=common))
     front = Front(name=name, port=port, prefix="", server=server, counted_port=counted_port,
-                  keeps_backend_conn=False, kind="nginx-scgi", workdir=root, split="path",
-                  spools_chunked=True, protocol="scgi", options=dict(unix=unix, mode=mode),
+                  keeps_backend_conn=False, kind="nginx-%s" % module, workdir=root,
+                  split="path", spools_chunked=True, protocol=module,
+                  options=dict(unix=unix, mode=mode, request_buffering=request_buffering),
                   truncation_signalled=not unix)
     return _run_nginx(front, conf, bind, (counted_addr, backend_addr))

@@ -12,13 +12,14 @@ scenarios.py     FrontSuite, ScgiChecks and their helpers
 """
 from tests.integration.apache import (APACHE, APACHE_BASE_CONF, APACHE_MODULES, _start_apache,
                                       start_apache_fcgid, start_apache_proxy_ajp,
-                                      start_apache_proxy_fcgi, start_apache_proxy_scgi)
+                                      start_apache_proxy_fcgi, start_apache_proxy_scgi,
+                                      start_apache_proxy_uwsgi)
 from tests.integration.backend_process import free_port
 from tests.integration.fronts import ConnCountingProxy, Front, apache_canonenc
 from tests.integration.http_client import (HTTPClient, Response, is_connection_error, raw_exchange,
                                            raw_http, scgi_request)
 from tests.integration.nginx import (NGINX, NGINX_FRAME, nginx_config, start_nginx,
-                                     start_nginx_scgi)
+                                     start_nginx_scgi, start_nginx_uwsgi)
 from tests.integration.probe_script import FCGID_SCRIPT, fcgid_venv, write_probe_script
 from tests.integration.processes import (IO_TIMEOUT, REPO, SYSTEM_PYTHON, ManagedProcess,
                                          ServerSpec, make_tempdir, remove_tempdir, require,
@@ -28,7 +29,7 @@ from tests.integration.scenarios import (BIG, CHUNKED, FLUP_SCGI_UNBOUNDED_INPUT
                                          SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ScgiSmoke,
                                          check_upload, front_fixture,
                                          expected_sha256, front_logs_hold, latin1_of_utf8,
-                                         probe, upload, upload_limit)
+                                         probe, upload, upload_limit, uwsgi_exchanges)
 
 __all__ = [
     "APACHE", "APACHE_BASE_CONF", "APACHE_MODULES", "BIG", "CHUNKED", "FCGID_SCRIPT",
@@ -40,6 +41,7 @@ __all__ = [
     "latin1_of_utf8", "make_tempdir", "nginx_config", "probe", "raw_exchange", "raw_http",
     "remove_tempdir", "require", "require_root", "scgi_request", "start_apache_fcgid",
     "start_apache_proxy_ajp", "start_apache_proxy_fcgi", "start_apache_proxy_scgi",
-    "start_backend", "start_nginx", "start_nginx_scgi", "tail", "upload", "upload_limit",
+    "start_apache_proxy_uwsgi", "start_backend", "start_nginx", "start_nginx_scgi",
+    "start_nginx_uwsgi", "tail", "upload", "upload_limit", "uwsgi_exchanges",
     "wait_for_log", "wait_until_connectable", "write_probe_script",
 ]

@@ -163,7 +163,8 @@ class ServerSpec:
     """Which FastCGI server runs behind the fronts.
 
     name: ``flup`` (real flup 1.0.3 through flup_launcher.py), ``cy`` / ``py`` (flupfast with
-    FLUPFAST_SPEEDUPS=1 / 0).
+    FLUPFAST_SPEEDUPS=1 / 0), ``uwsgi`` (real uWSGI on its own protocol, the reference of the
+    uwsgi tests; ``uwsgi_command``).
     """
     name: str
 
@@ -180,6 +181,8 @@ class ServerSpec:
 
         ``protocol`` is fcgi, scgi or ajp; ``extra`` more options (``--allowed-servers``).
         """
+        if self.name == "uwsgi":
+            return uwsgi_command(mode, bind, app, extra)
         if self.is_flup:
             argv = [sys.executable, str(LAUNCHER), "--mode", mode]
         else:
@@ -194,8 +197,12 @@ class ServerSpec:
         return argv
 
     def has_mode(self, protocol, mode):
-        """flup 1.0.3 has no scgi_single or ajp_single."""
-        return not (self.is_flup and protocol != "fcgi" and mode == "single")
+        """flup 1.0.3 has no scgi_single or ajp_single, and no uwsgi; uWSGI serves uwsgi
+        only, in thread and fork mode."""
+        if self.name == "uwsgi":
+            return protocol == "uwsgi" and mode != "single"
+        return not (self.is_flup and (protocol == "uwsgi" or protocol != "fcgi"
+                                      and mode == "single"))
 
     def environ(self):
         env = dict(os.environ)
@@ -214,6 +221,19 @@ class ServerSpec:
         return "from flupfast.server.fcgi import WSGIServer"
 
 
+def uwsgi_command(mode, bind, app=PROBE_APP, extra=()):
+    """Real uWSGI serving ``app`` on the uwsgi protocol at ``bind`` (``unix:/path`` or
+    ``HOST:PORT``): 4 threads in one process (thread mode) or 4 worker processes under a
+    master (fork mode); 64 KiB of vars accepted, as flupfast does (uWSGI's default is 4 KiB)."""
+    uwsgi = shutil.which("uwsgi")
+    if uwsgi is None:
+        pytest.skip("uWSGI is not installed (pip install uwsgi)")
+    address = bind[len("unix:"):] if bind.startswith("unix:") else bind
+    workers = ["--threads", "4"] if mode == "thread" else ["--master", "--processes", "4"]
+    return [uwsgi, "--uwsgi-socket", address, "--wsgi", app, "--need-app", "--die-on-term",
+            "--buffer-size", "65535", *workers, *extra]
+
+
 def start_backend(spec, workdir, bind, mode="thread", name=None, protocol="fcgi", extra=()):
     """Start the server under test on ``bind`` (``unix:/path`` or ``HOST:PORT``), speaking
     ``protocol`` (fcgi, scgi, ajp); ``extra`` holds more command-line options.
@@ -223,7 +243,8 @@ def start_backend(spec, workdir, bind, mode="thread", name=None, protocol="fcgi"
     """
     workdir = Path(workdir)
     if not spec.has_mode(protocol, mode):
-        pytest.skip("flup 1.0.3 has no %s server in %s mode" % (protocol, mode))
+        pytest.skip("%s has no %s server in %s mode"
+                    % ("flup 1.0.3" if spec.is_flup else spec.name, protocol, mode))
     proc = ManagedProcess(name or "backend-%s-%s%s" % (
                               spec.name, "" if protocol == "fcgi" else protocol + "-", mode),
                           spec.command(mode=mode, bind=bind, protocol=protocol, extra=extra),

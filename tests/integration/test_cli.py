@@ -50,7 +50,8 @@ def one_line(proc):
     (['--max-threads', '5', '--mode', 'fork'], '--max-threads applies to --mode thread only'),
     (['--overload-wait', '1'], '--overload-wait applies to --mode fork only'),
     (['--multiplexed', '--protocol', 'scgi'], '--multiplexed applies to --protocol fcgi only'),
-    (['--umask', '007', '--protocol', 'ajp'], '--umask applies to --protocol fcgi or scgi only'),
+    (['--umask', '007', '--protocol', 'ajp'], '--umask applies to --protocol fcgi or scgi or '
+                                                          'uwsgi only'),
     (['--ajp-secret', 's'], '--ajp-secret applies to --protocol ajp only'),
     (['--protocol', 'http'], "argument --protocol: invalid choice: 'http'"),
 ])
@@ -70,7 +71,7 @@ def test_unknown_host_is_one_line_and_status_1():
                                      'unknown host')
 
 
-@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'ajp'])
+@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'uwsgi', 'ajp'])
 def test_a_busy_address_is_worded_the_same_for_every_protocol(protocol):
     with socket.socket() as taken:
         taken.bind(('127.0.0.1', 0))
@@ -83,7 +84,7 @@ def test_a_busy_address_is_worded_the_same_for_every_protocol(protocol):
                               % port)
 
 
-@pytest.mark.parametrize('protocol', ['scgi', 'ajp'])
+@pytest.mark.parametrize('protocol', ['scgi', 'uwsgi', 'ajp'])
 def test_a_unix_socket_in_a_missing_directory_names_the_path(protocol, tmp_path):
     path = tmp_path / 'missing' / 'app.sock'
     proc = run_cli(['--protocol', protocol, '--bind', 'unix:%s' % path, '--log-level', 'error'])
@@ -151,7 +152,7 @@ def test_help_is_plain_text():
     assert '``' not in proc.stdout and 'SIGHUP reloads' in proc.stdout
 
 
-@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'ajp'])
+@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'uwsgi', 'ajp'])
 def test_serving_is_logged_after_the_socket_listens(server_factory, protocol, tmp_path):
     path = str(tmp_path / 'app.sock')
     server = server_factory(['--protocol', protocol, '--bind', 'unix:' + path], path)

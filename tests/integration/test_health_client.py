@@ -1,6 +1,6 @@
 """``python -m flupfast.client``, the health-check client, against real backends: flupfast and
-real flup 1.0.3, over FastCGI, SCGI and AJP13, on TCP and Unix sockets. Its exit status is
-what a Docker HEALTHCHECK reads: 0 for an answer below 500, 1 for a 5xx or an unreachable
+real flup 1.0.3, over FastCGI, SCGI, uwsgi (flupfast only) and AJP13, on TCP and Unix
+sockets. Its exit status is what a Docker HEALTHCHECK reads: 0 for an answer below 500, 1 for a 5xx or an unreachable
 backend, 2 for a usage mistake.
 """
 import hashlib
@@ -45,6 +45,8 @@ def backend(server_factory, package, tmp_path):
             port = free_port()
             bind, address = '127.0.0.1:%d' % port, ('127.0.0.1', port)
         if package == 'flup':
+            if protocol == 'uwsgi':
+                pytest.skip('flup has no uwsgi server')
             if protocol == 'ajp' and unix:
                 pytest.skip('flup 1.0.3 binds AJP13 on IPv4 only')
             command = [sys.executable, LAUNCHER, '--protocol', protocol, '--mode', 'thread',
@@ -57,7 +59,7 @@ def backend(server_factory, package, tmp_path):
     return start
 
 
-@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'ajp'])
+@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'uwsgi', 'ajp'])
 @pytest.mark.parametrize('unix', [True, False], ids=['unix', 'tcp'])
 def test_get_prints_the_answer_and_exits_0(backend, protocol, unix):
     bind = backend(protocol, unix)
@@ -68,7 +70,7 @@ def test_get_prints_the_answer_and_exits_0(backend, protocol, unix):
     assert headers['content-type'] == 'text/plain'
 
 
-@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'ajp'])
+@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'uwsgi', 'ajp'])
 def test_post_body_query_and_headers_reach_the_app(backend, protocol, tmp_path):
     bind = backend(protocol, unix=False)
     body = bytes(range(256)) * 400  # 100 KiB: several AJP body packets, several FastCGI records
@@ -87,7 +89,7 @@ def test_post_body_query_and_headers_reach_the_app(backend, protocol, tmp_path):
     assert environ['REQUEST_METHOD'] == 'GET'
 
 
-@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'ajp'])
+@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'uwsgi', 'ajp'])
 def test_a_5xx_answer_exits_1(backend, package, protocol):
     if (package, protocol) == ('flup', 'ajp'):
         pytest.skip('flup answers an AJP13 app error with status 200 (ajp-500-status)')
@@ -99,7 +101,7 @@ def test_a_5xx_answer_exits_1(backend, package, protocol):
     assert (proc.returncode, proc.stdout) == (0, b'')  # a 404 is an answer: the app is up
 
 
-@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'ajp'])
+@pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'uwsgi', 'ajp'])
 def test_nobody_listening_is_one_line_and_exit_1(protocol, tmp_path):
     proc = client(protocol, 'unix:%s' % (tmp_path / 'none.sock'), '/')
     assert proc.returncode == 1

@@ -2,8 +2,8 @@
 and clients send every day must reach the app, whatever strict rule or cap the server keeps.
 
 One battery, raw HTTP on a socket (so repeated, empty and odd header names go out as written),
-run through nginx (FastCGI, SCGI), Apache (mod_proxy_fcgi, mod_fcgid, mod_proxy_scgi,
-mod_proxy_ajp) and lighttpd (mod_fastcgi, mod_scgi): repeated and empty headers, header names
+run through nginx (FastCGI, SCGI, uwsgi), Apache (mod_proxy_fcgi, mod_fcgid, mod_proxy_scgi,
+mod_proxy_uwsgi, mod_proxy_ajp) and lighttpd (mod_fastcgi, mod_scgi): repeated and empty headers, header names
 with digits, dots and underscores, ``Expect: 100-continue``, HTTP/1.0, and a request line and
 header blocks at each front's default limits. docs/front-fidelity.md lists, per strict rule of
 compat/known_differences.py and per cap of flupfast/limits.py, the fronts and tests behind it.
@@ -17,7 +17,8 @@ import pytest
 from .lighttpd import start_lighttpd
 from .peers import (FLUP_SCGI_UNBOUNDED_INPUT, expected_sha256, probe, raw_http,
                     start_apache_fcgid, start_apache_proxy_ajp, start_apache_proxy_fcgi,
-                    start_apache_proxy_scgi, start_nginx, start_nginx_scgi)
+                    start_apache_proxy_scgi, start_apache_proxy_uwsgi, start_nginx,
+                    start_nginx_scgi, start_nginx_uwsgi)
 
 pytestmark = [pytest.mark.peer]
 
@@ -57,6 +58,9 @@ APACHE = Traits(joins=(", ", ", "), line_limit=8190, header_room=100 * 8190, max
 # past it); mod_proxy_ajp into one packet (ProxyIOBufferSize, at most 65536).
 FCGID = replace(APACHE, env_room=65535)
 APACHE_SCGI = replace(APACHE, chunked=False)
+# mod_proxy_uwsgi: no chunked bodies either, and the environment in one vars block (16-bit
+# datasize).
+APACHE_UWSGI = replace(APACHE_SCGI, env_room=65535)
 # mod_proxy_ajp sends the header names as they came: flup's and flupfast's AJP13 environ
 # builder turns "-" into "_" only.
 APACHE_AJP = replace(APACHE, env_room=65536, odd_names=(("HTTP_X_DOT.NAME", "dot"),
@@ -80,6 +84,9 @@ FRONTS = {
     "apache-fcgid": (lambda s: start_apache_fcgid(s, name="ordinary-apache-fcgid"), FCGID),
     "apache-scgi": (lambda s: start_apache_proxy_scgi(s, name="ordinary-apache-scgi"),
                     APACHE_SCGI),
+    "nginx-uwsgi": (lambda s: start_nginx_uwsgi(s, name="ordinary-nginx-uwsgi"), NGINX),
+    "apache-uwsgi": (lambda s: start_apache_proxy_uwsgi(s, name="ordinary-apache-uwsgi"),
+                     APACHE_UWSGI),
     # ProxyIOBufferSize 65536 (the README's setting): at the default 8 KiB packet Apache itself
     # cannot marshal a request line or header block near its HTTP limits.
     "apache-ajp": (lambda s: start_apache_proxy_ajp(s, io_buffer=65536,

@@ -69,7 +69,8 @@ class Recipe:
             text = text.replace('127.0.0.1:%s' % port, '127.0.0.1:%d' % ours)
         text = text.replace('listen 80;', 'listen 127.0.0.1:%d;' % self.port)
         # nginx reads these relative to its configuration directory, /etc/nginx on a real host.
-        text = re.sub(r'include (fastcgi_params|scgi_params);', r'include /etc/nginx/\1;', text)
+        text = re.sub(r'include (fastcgi_params|scgi_params|uwsgi_params);',
+                      r'include /etc/nginx/\1;', text)
         return text
 
     # -- the backend, from the section's command line ------------------------------------
@@ -183,7 +184,7 @@ def recipe(request):
 
 
 def test_every_recipe_section_has_a_test():
-    tested = {'nginx (FastCGI)', 'Apache mod_proxy_fcgi', 'nginx scgi_pass',
+    tested = {'nginx (FastCGI)', 'Apache mod_proxy_fcgi', 'nginx scgi_pass', 'nginx uwsgi_pass',
               'Apache mod_proxy_scgi', 'Apache mod_proxy_ajp', 'Apache mod_fcgid', 'lighttpd',
               'Health checks', 'Several hosts (nginx upstream)'}  # test_scale_out.py
     with_code = {name for name, blocks in sections().items() if blocks}
@@ -205,6 +206,13 @@ def test_nginx_fastcgi_and_the_health_check(recipe):
 
 def test_nginx_scgi(recipe):
     one = recipe('nginx scgi_pass')
+    one.start_backend()
+    one.start_nginx()
+    one.check()
+
+
+def test_nginx_uwsgi(recipe):
+    one = recipe('nginx uwsgi_pass')
     one.start_backend()
     one.start_nginx()
     one.check()

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from flupfast.protocols import fastcgi as f
-from flupfast.protocols import scgi
+from flupfast.protocols import scgi, uwsgi
 from fuzz import oracles
 from tests import ajp_client
 from tests.conftest import COMPILED, PURE
@@ -121,6 +121,21 @@ def test_scgi_checks_catch_a_broken_twin():
     with pytest.raises(AssertionError, match='over the 9-byte cap'):
         oracles.check_scgi(PURE, broken(decode_scgi_request=never_done), b'1:' + b'x' * 20,
                            [], 'bytes', (9, 1))
+
+
+def test_uwsgi_checks_catch_a_broken_twin():
+    def wrong_length(data, *caps):
+        result = COMPILED.decode_uwsgi_request(data, *caps)
+        return result if result is None else (result[0], result[1] + 1, result[2])
+    with pytest.raises(AssertionError, match='uwsgi twins disagree'):
+        oracles.check_uwsgi(PURE, broken(decode_uwsgi_request=wrong_length),
+                            uwsgi.encode_request({}, b'ab'))
+
+    def never_done(data, *caps):
+        return None  # buffers the vars without end
+    with pytest.raises(AssertionError, match='over the 9-byte cap'):
+        oracles.check_uwsgi(PURE, broken(decode_uwsgi_request=never_done),
+                            b'\x00\x09\x00\x00' + b'x' * 20, [], 'bytes', (9, 1))
 
 
 def test_ajp_checks_catch_a_broken_twin():

@@ -1,9 +1,9 @@
 """Fuzz properties of every codec, on both backends at once (fuzz/oracles.py has the checks).
 
-For FastCGI records and PARAMS, SCGI netstrings, AJP13 packets and requests, and wsgi.input:
-any bytes, fed whole or split anywhere, as bytes, bytearray or a reused receive buffer's view,
-either parse or raise the protocol's ProtocolError, never another exception; the pure and the
-compiled twins agree event for event (same events and pending counts after each feed, the
+For FastCGI records and PARAMS, SCGI netstrings, uwsgi packets, AJP13 packets and requests, and
+wsgi.input: any bytes, fed whole or split anywhere, as bytes, bytearray or a reused receive
+buffer's view, either parse or raise the protocol's ProtocolError, never another exception;
+the pure and the compiled twins agree event for event (same events and pending counts after each feed, the
 same error at the same feed); the split never changes the outcome; buffered sizes stay under
 the caps of flupfast.limits. Inputs are random bytes and, to reach deep states, valid streams
 (the strategies of the parity tests, and record floods, boundary lengths) damaged by a few
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from flupfast.limits import MAX_OPEN_REQUESTS
 from flupfast.protocols import fastcgi as f
-from flupfast.protocols import scgi
+from flupfast.protocols import scgi, uwsgi
 from flupfast.protocols.errors import ProtocolError, SCGIError
 from fuzz import oracles
 from tests import ajp_client
@@ -218,6 +218,34 @@ def test_scgi_content_length_bound(backend, value, result):
     else:
         with pytest.raises(SCGIError, match=result):
             backend.decode_scgi_request(wire)
+
+
+# -- uwsgi ------------------------------------------------------------------------------------
+
+uwsgi_caps = st.sampled_from(oracles.UWSGI_CAPS)
+
+
+@st.composite
+def uwsgi_requests(draw):
+    pairs = draw(st.lists(st.tuples(scgi_names, scgi_values), max_size=8))
+    modifier1 = draw(st.sampled_from([0] * 6 + [1, 5, 255]))
+    try:
+        return uwsgi.encode_request(pairs, draw(st.binary(max_size=20)), modifier1,
+                                    draw(st.sampled_from([0, 0, 1, 255])))
+    except ValueError:  # a value of over 65,535 bytes: the wire cannot say it
+        return uwsgi.encode_request([], b'')
+
+
+uwsgi_wires = st.one_of(st.binary(max_size=200),
+                        st.binary(max_size=60).map(
+                            lambda b: struct.pack('<BHB', 0, len(b), 0) + b),
+                        mutated(uwsgi_requests()), mutated(uwsgi_requests()))
+
+
+@FUZZ
+@given(data=st.data(), wire=uwsgi_wires, kind=kinds, caps=uwsgi_caps)
+def test_uwsgi_any_input(data, wire, kind, caps):
+    outcome(oracles.check_uwsgi(PURE, COMPILED, wire, data.draw(cuts_for(wire)), kind, caps))
 
 
 # -- AJP13 ------------------------------------------------------------------------------------

@@ -16,32 +16,39 @@ from flupfast.client import fcgi_app
 from flupfast.client._proxy import BackendError, respond
 from flupfast.client.fcgi_app import FCGIApp
 from flupfast.client.scgi_app import SCGIApp
-from flupfast.protocols import fastcgi, scgi
+from flupfast.client.uwsgi_app import UWSGIApp
+from flupfast.protocols import fastcgi, scgi, uwsgi
 from tests.apps import probe
 from tests.integration.backend_process import Server, free_port
 
 
 @pytest.fixture(scope='module')
 def backends(tmp_path_factory):
-    """One flupfast FastCGI server on TCP and one SCGI server on a Unix socket."""
-    fcgi_port = free_port()
+    """One flupfast FastCGI server on TCP, one SCGI server on a Unix socket, one uwsgi server
+    on TCP."""
+    fcgi_port, uwsgi_port = free_port(), free_port()
     scgi_path = str(tmp_path_factory.mktemp('scgi') / 'scgi.sock')
     servers = [Server(['--bind', '127.0.0.1:%d' % fcgi_port, 'tests.apps.probe:app'],
                       ('127.0.0.1', fcgi_port)),
                Server(['--protocol', 'scgi', '--bind', 'unix:' + scgi_path,
-                       'tests.apps.probe:app'], scgi_path)]
-    yield {'fcgi': ('127.0.0.1', fcgi_port), 'scgi': scgi_path}
+                       'tests.apps.probe:app'], scgi_path),
+               Server(['--protocol', 'uwsgi', '--bind', '127.0.0.1:%d' % uwsgi_port,
+                       'tests.apps.probe:app'], ('127.0.0.1', uwsgi_port))]
+    yield {'fcgi': ('127.0.0.1', fcgi_port), 'scgi': scgi_path,
+           'uwsgi': ('127.0.0.1', uwsgi_port)}
     for server in servers:
         server.stop()
 
 
-@pytest.fixture(params=['fcgi', 'scgi'])
+@pytest.fixture(params=['fcgi', 'scgi', 'uwsgi'])
 def client(request, backends, backend, monkeypatch):
     """(protocol, the WSGI app forwarding to our server of that protocol)."""
     monkeypatch.setattr(fcgi_app, '_impl', backend)  # the parser twin under test
     if request.param == 'fcgi':
         host, port = backends['fcgi']
         return 'fcgi', FCGIApp(host=host, port=port)
+    if request.param == 'uwsgi':
+        return 'uwsgi', UWSGIApp(connect=backends['uwsgi'])
     return 'scgi', SCGIApp(connect=backends['scgi'])
 
 
@@ -207,6 +214,30 @@ def test_backend_closing_before_the_head_ends():
     fake = FakeBackend(b'Status: 200 OK\r\nContent-Type: te', scgi_done)
     with pytest.raises(BackendError, match='before the end of the response head'):
         SCGIApp(connect=fake.address)(environ('/'), StartResponse())
+    fake.join()
+
+
+def uwsgi_done(data):
+    return uwsgi.decode_uwsgi_request(data) is not None  # a body-less request: its vars
+
+
+def test_uwsgi_request_and_a_status_line_without_reason():
+    fake = FakeBackend(b'HTTP/1.0 404\r\nX-Thing: value\r\n\r\nnot here', uwsgi_done)
+    status, headers, body = call(UWSGIApp(connect=fake.address), environ('/'))
+    fake.join()
+    assert (status, headers, body) == ('404 UWSGIApp', {'x-thing': 'value'}, b'not here')
+    sent, content_length, used = uwsgi.decode_uwsgi_request(fake.received)
+    assert (sent['CONTENT_LENGTH'], content_length, used) == ('0', 0, len(fake.received))
+    assert sent['PATH_INFO'] == '/' and sent['SERVER_PROTOCOL'] == 'HTTP/1.1'
+    assert 'SCGI' not in sent
+
+
+@pytest.mark.parametrize('answer', [b'Status: 200 OK\r\n\r\nbody', b'HTTP/1.1 OK\r\n\r\n',
+                                    b'ICY 200 OK\r\n\r\n'])
+def test_uwsgi_answer_without_a_status_line(answer):
+    fake = FakeBackend(answer, uwsgi_done)
+    with pytest.raises(BackendError, match='malformed status line'):
+        UWSGIApp(connect=fake.address)(environ('/'), StartResponse())
     fake.join()
 
 

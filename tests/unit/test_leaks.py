@@ -275,6 +275,31 @@ def test_ajp_decoders_and_frame_body(backend):
     assert sys.getrefcount(payload) == 2
 
 
+def test_header_decoders_scgi_and_uwsgi(backend):
+    """The SCGI and uwsgi request decoders: whole, incomplete and malformed heads, a buffer
+    handed in as a view (its reference count must not change)."""
+    from flupfast.protocols import scgi, uwsgi
+    from flupfast.protocols.errors import SCGIError, UWSGIError
+    pairs = [('REQUEST_METHOD', 'POST'), ('HTTP_X_%s' % ('k' * 150), 'v' * 300)]
+    good_scgi, good_uwsgi = scgi.encode_request(pairs, b'xy'), uwsgi.encode_request(pairs, b'xy')
+    buffer = bytearray(good_uwsgi)
+    bad_uwsgi = [b'\x05', b'\x00\x03\x00\x00\x05\x00A',
+                 uwsgi.encode_request({'CONTENT_LENGTH': 'x'})]
+
+    def work():
+        backend.decode_scgi_request(good_scgi)
+        backend.decode_uwsgi_request(good_uwsgi)
+        backend.decode_uwsgi_request(memoryview(buffer))
+        assert backend.decode_uwsgi_request(good_uwsgi[:40]) is None
+        with pytest.raises(SCGIError):
+            backend.decode_scgi_request(b'3:abc;')
+        for data in bad_uwsgi:
+            with pytest.raises(UWSGIError):
+                backend.decode_uwsgi_request(data)
+    assert growth(work) < SLACK
+    assert sys.getrefcount(buffer) == 2
+
+
 def test_send_buffers(backend):
     """The compiled twin takes a buffer view of each item for its first sendmsg and must
     release every one, also when the call raises."""

@@ -1,0 +1,85 @@
+# uwsgi codec, compiled: the twin of flupfast/protocols/uwsgi.py (decode_uwsgi_request) with
+# the same signature, results and errors. The vars block is scanned in place (no copy), names
+# go through the FastCGI codec's name cache (_decode_name, same extension). Included by
+# flupfast/_speedups.pyx after fastcgi.pxi and scgi.pxi.
+
+from flupfast.limits import MAX_UWSGI_VARS_BYTES
+from flupfast.protocols.errors import UWSGIError
+
+
+cdef inline Py_ssize_t _le16(const unsigned char *p) noexcept:
+    return p[0] | (<Py_ssize_t>p[1] << 8)
+
+
+cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs):
+    # The pure twin's checks, in its order (see _decode_vars there).
+    cdef Py_ssize_t pos = 0, size, pairs = 0
+    cdef dict environ = {}
+    cdef str name, value
+    cdef object previous
+    while pos < end:
+        if pairs == max_pairs:
+            raise UWSGIError('more than %d vars' % max_pairs)
+        if end - pos < 2:
+            raise UWSGIError('vars block ends inside a key size')
+        size = _le16(p + pos)
+        pos += 2
+        if size == 0:
+            raise UWSGIError('empty var name')
+        if end - pos < size:
+            raise UWSGIError('key of %d bytes runs past the vars block' % size)
+        name = _decode_name(p + pos, size)
+        pos += size
+        if end - pos < 2:
+            raise UWSGIError('vars block ends inside the value size of %r' % name)
+        size = _le16(p + pos)
+        pos += 2
+        if end - pos < size:
+            raise UWSGIError('value of %d bytes runs past the vars block' % size)
+        value = PyUnicode_DecodeLatin1(<char *>(p + pos), size, NULL)
+        pos += size
+        # The last value wins, as in the pure twin; a repeated CONTENT_LENGTH must agree.
+        if name == 'CONTENT_LENGTH':
+            previous = environ.get(name, value)
+            if value != previous:
+                raise UWSGIError('conflicting CONTENT_LENGTH %r after %r' % (value, previous))
+        environ[name] = value
+        pairs += 1
+    value = environ.get('CONTENT_LENGTH', '')
+    if not value:
+        return environ, 0
+    if not _all_digits(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value)):
+        raise UWSGIError('invalid CONTENT_LENGTH %r' % value)
+    return environ, _scgi_content_length(value, UWSGIError)
+
+
+def decode_uwsgi_request(data, max_vars=MAX_UWSGI_VARS_BYTES, max_pairs=MAX_PARAMS_PAIRS):
+    """Decode the packet header and vars block at the start of ``data`` (any bytes-like).
+
+    Returns None while they are incomplete, else ``(environ, content_length, used)``.
+    """
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef Py_ssize_t end, size, cap = max_vars
+    cdef Py_ssize_t pairs_cap = max_pairs
+    cdef tuple decoded
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>view.buf
+        end = view.len
+        if end == 0:
+            return None
+        if p[0] != 0:
+            raise UWSGIError('modifier1 %d is not served (only 0, a WSGI request)' % p[0])
+        if end < 4:
+            return None
+        size = _le16(p + 1)
+        if size > cap:
+            raise UWSGIError('uwsgi vars block of %d bytes exceeds the %d-byte cap'
+                             % (size, cap))
+        if end < 4 + size:
+            return None
+        decoded = _uwsgi_vars(p + 4, size, pairs_cap)
+        return decoded[0], decoded[1], 4 + size
+    finally:
+        PyBuffer_Release(&view)
