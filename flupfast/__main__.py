@@ -29,6 +29,7 @@ from flupfast import ops
 from flupfast.limits import FORK_OVERLOAD_WAIT, RELOAD_CHECK_TIMEOUT
 from flupfast.serving import handover, systemd
 from flupfast.serving.listen import resolve_owner
+from flupfast.serving.signals import ReloadRequests
 
 PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'uwsgi': 'uwsgi', 'ajp': 'AJP13'}
 MODES = ('thread', 'fork', 'single')
@@ -490,6 +491,8 @@ def main(argv=None):
 
 
 def _main(argv):
+    reload_requests = ReloadRequests()
+    reload_requests.watch()
     args = build_parser().parse_args(argv)
     check_usage(args)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
@@ -512,8 +515,12 @@ def _main(argv):
         # SIGHUP: the requests in flight have ended; start afresh with the same command line
         # and the same socket (flup leaves reloading to the caller). New code that does not
         # load is refused, and the code already loaded serves on, from a new server object
-        # (a stopped one does not run again) on the same socket.
+        # (a stopped one does not run again) on the same socket. A SIGHUP outside run() is
+        # recorded, not fatal (ReloadRequests).
+        reload_requests.mark()
         problem = app_load_problem(args.app)
+        while problem is not None and reload_requests.take():
+            problem = app_load_problem(args.app)  # fixed while it was checked: look again
         if problem is None:
             systemd.notify('RELOADING=1', 'STATUS=reloading',
                            'MONOTONIC_USEC=%d' % (time.monotonic_ns() // 1000))
@@ -521,8 +528,8 @@ def _main(argv):
             sys.stdout.flush()
             sys.stderr.flush()
             rest = sys.argv[1:] if argv is None else list(argv)
-            os.execve(sys.executable, [sys.executable, '-m', 'flupfast'] + rest,
-                      listening.hand_over(os.environ))
+            reload_requests.reload_image(sys.executable, [sys.executable, '-m', 'flupfast'] + rest,
+                                         listening.hand_over(os.environ))
         log.error('reload refused, serving on with the code already loaded: %s', problem)
         systemd.notify('READY=1', 'STATUS=reload refused: %s' % problem)
         server = build_server(args, app)

@@ -4,11 +4,12 @@ Owns saving, installing and restoring handlers, the wakeup channel, and the stop
 It must not act on a signal inside a handler (no I/O beyond the wakeup byte, no locks, no
 logging), and never installs handlers outside the main thread.
 """
+import os
 import signal
 import socket
 import threading
 
-__all__ = ["LoopControl", "SignalPolicy"]
+__all__ = ["LoopControl", "ReloadRequests", "SignalPolicy"]
 
 
 class SignalPolicy:
@@ -150,3 +151,47 @@ class LoopControl:
 
     def restore_signals(self):
         self.signals.restore()
+
+
+class ReloadRequests:
+    """SIGHUP outside a server's run(), for the command line, which reloads by running itself
+    again: between two runs, and from the new image's start to its first run(), SIGHUP's
+    default action would kill the process (a reload under load would lose its requests).
+
+    ``watch`` installs a handler that only records the signal; ``reload_image`` blocks SIGHUP
+    across ``execve`` (the mask is inherited, a signal sent meanwhile stays pending) and the new
+    image's ``watch`` unblocks it. A SIGHUP while a reload is under way is folded into it (the
+    new image loads the code after it), as is one during start-up; one that arrives while a
+    refused reload's code is checked (after ``mark``) makes the check look again (``take``).
+    """
+
+    def __init__(self):
+        self._received = False
+
+    def _on_hup(self, signum, frame):
+        self._received = True
+
+    def watch(self):
+        if hasattr(signal, "SIGHUP"):
+            signal.signal(signal.SIGHUP, self._on_hup)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+
+    def mark(self):
+        """The code is (being) loaded now: signals so far are served by it."""
+        self._received = False
+
+    def take(self):
+        """Whether a SIGHUP arrived since ``mark`` (and forget it)."""
+        received, self._received = self._received, False
+        return received
+
+    @staticmethod
+    def reload_image(path, argv, environ):
+        """``os.execve`` with SIGHUP blocked until the new image watches it."""
+        if hasattr(signal, "SIGHUP"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            os.execve(path, argv, environ)
+        finally:  # execve failed: this image serves on
+            if hasattr(signal, "SIGHUP"):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})

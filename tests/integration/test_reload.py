@@ -224,3 +224,65 @@ def test_systemd_socket_activation_behind_nginx(server):
         for process in reversed(processes):
             process.stop()
         remove_tempdir(root)
+
+
+GATED_APP = '''import os, sys, time
+# The reload check imports this module in "python -c", the new image with "-m flupfast".
+_stage = 'check' if sys.argv[0] == '-c' else 'start'
+_hold = os.path.join(%(dir)r, 'hold-' + _stage)
+if os.path.exists(_hold):
+    open(os.path.join(%(dir)r, 'waiting-' + _stage), 'w').close()
+    while os.path.exists(_hold):
+        time.sleep(0.01)
+
+
+def app(environ, start_response):
+    start_response("200 OK", [])
+    return [%(body)r]
+'''
+
+
+def test_a_sighup_while_a_reload_is_under_way_is_never_fatal(tmp_path):
+    """SIGHUPs while the new code is checked (between two runs) and while the new image starts
+    (before its server runs) are folded into the reload under way: the same process serves the
+    new code afterwards. SIGHUP's default action would have ended the process there."""
+    app_dir = tmp_path / 'app'
+    app_dir.mkdir()
+    module = app_dir / 'gated.py'
+    module.write_text(GATED_APP % {'dir': str(tmp_path), 'body': b'v1'})
+    sock = str(tmp_path / 'app.sock')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(app_dir)]))
+    backend = ManagedProcess('backend', [sys.executable, '-m', 'flupfast', 'gated:app',
+                                         '--bind', 'unix:' + sock], env=env, cwd=str(app_dir),
+                             log_dir=tmp_path)
+
+    def body():
+        proc = subprocess.run([sys.executable, '-m', 'flupfast.client', 'fcgi', sock, '/'],
+                              env=env, capture_output=True, timeout=30)
+        return proc.stdout.rpartition(b'\r\n\r\n')[2]
+
+    def wait_for(path):
+        deadline = time.monotonic() + 30
+        while not path.exists():
+            assert backend.alive(), backend.describe()
+            assert time.monotonic() < deadline, '%s never appeared:\n%s' % (path,
+                                                                            backend.describe())
+            time.sleep(0.02)
+
+    try:
+        wait_until_connectable(sock, backend)
+        assert body() == b'v1'
+        for stage in ('check', 'start'):
+            (tmp_path / ('hold-' + stage)).touch()
+        module.write_text(GATED_APP % {'dir': str(tmp_path), 'body': b'v2'})
+        shutil.rmtree(app_dir / '__pycache__', ignore_errors=True)
+        os.kill(backend.pid, signal.SIGHUP)
+        for stage in ('check', 'start'):
+            wait_for(tmp_path / ('waiting-' + stage))
+            os.kill(backend.pid, signal.SIGHUP)
+            time.sleep(0.2)  # the signal is handled (or would have killed) by now
+            assert backend.alive(), backend.describe()
+            (tmp_path / ('hold-' + stage)).unlink()
+        assert body() == b'v2' and backend.alive(), backend.describe()
+    finally:
+        backend.stop()
