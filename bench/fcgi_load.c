@@ -7,7 +7,7 @@
  *
  * It is compiled by bench/run.py at bench time (cc -O2); no binary is committed.
  *
- *   fcgi_load [-P fcgi|scgi|ajp] (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k]
+ *   fcgi_load [-P fcgi|scgi|uwsgi|ajp] (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k]
  *             (-d SECONDS [-w WARMUP] | -n COUNT) [-T DEADLINE] [-o FILE [-O SIZE_HINT]]
  *
  *   -P   the protocol (default fcgi):
@@ -16,6 +16,9 @@
  *        scgi  the request file is the netstring header block and the body, sent as is; one
  *              request per connection, the answer ends at EOF (-k is ignored). "bad_status" if
  *              it does not begin with "Status: 200".
+ *        uwsgi the request file is the 4-byte packet header, the vars block and the body, sent
+ *              as is; as scgi, but the answer begins with an HTTP/1.x status line ("bad_status"
+ *              unless it is 20x).
  *        ajp   the request file is AJP13 packets (0x12 0x34 LEN): FORWARD_REQUEST, then the
  *              body packets. FORWARD_REQUEST and the first body packet are sent at once (as
  *              mod_proxy_ajp and mod_jk do), every further body packet only when the
@@ -71,7 +74,9 @@
 #define AJP_END_RESPONSE 5
 #define AJP_GET_BODY_CHUNK 6
 
-enum { P_FCGI, P_SCGI, P_AJP };
+enum { P_FCGI, P_SCGI, P_AJP, P_UWSGI };
+/* uwsgi answers as SCGI does (one request per connection, to EOF), in HTTP/1.x */
+#define UNTIL_EOF(p) ((p) == P_SCGI || (p) == P_UWSGI)
 
 #define MAX_CONNS 1024
 #define RECV_SIZE (256 * 1024)
@@ -312,6 +317,10 @@ static void request_done(struct conn *c) {
     } else if (proto == P_AJP) {
         if (!c->got_headers) note_bad("END_RESPONSE without SEND_HEADERS", 33);
         else if (c->stlen < 3) note_bad(c->stbuf, c->stlen);
+    } else if (proto == P_UWSGI) {
+        if (c->stlen < 11 || memcmp(c->stbuf, "HTTP/1.", 7) != 0 ||
+            memcmp(c->stbuf + 8, " 20", 3) != 0)
+            note_bad(c->stbuf, c->stlen);
     } else if (c->stlen < 11 || memcmp(c->stbuf, "Status: 200", 11) != 0) {
         note_bad(c->stbuf, c->stlen);
     }
@@ -496,18 +505,18 @@ static void on_readable(struct conn *c) {
             return;
         }
         if (n == 0) {
-            if (proto == P_SCGI && c->rbytes > 0) { /* the end of an SCGI answer */
+            if (UNTIL_EOF(proto) && c->rbytes > 0) { /* the end of an SCGI/uwsgi answer */
                 request_done(c);
                 next_request(c, 0);
                 return;
             }
             fail_conn(c, proto == P_AJP ? "EOF before END_RESPONSE"
-                         : proto == P_SCGI ? "EOF before any answer" : "EOF before END_REQUEST",
+                         : UNTIL_EOF(proto) ? "EOF before any answer" : "EOF before END_REQUEST",
                       0);
             return;
         }
         size_t used;
-        if (proto == P_SCGI) {
+        if (UNTIL_EOF(proto)) {
             parse_scgi(c, rbuf, (size_t)n);
         } else if (proto == P_AJP) {
             int reuse = 0;
@@ -581,7 +590,7 @@ static void json_string(const char *s) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: fcgi_load [-P fcgi|scgi|ajp] (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k] "
+    fprintf(stderr, "usage: fcgi_load [-P fcgi|scgi|uwsgi|ajp] (-u PATH | -t HOST:PORT) -r REQUEST_FILE [-c CONNS] [-k] "
                     "(-d SECONDS [-w WARMUP] | -n COUNT) [-T DEADLINE] [-o FILE [-O SIZE]]\n");
     exit(2);
 }
@@ -601,7 +610,7 @@ static void load_request(const char *path) {
         got += (size_t)n;
     }
     close(fd);
-    if (proto == P_SCGI) return;
+    if (UNTIL_EOF(proto)) return;
     if (proto == P_AJP) {
         /* the packets' ends; at least FORWARD_REQUEST */
         size_t off = 0, cap = 16;
@@ -662,6 +671,7 @@ int main(int argc, char **argv) {
         case 'P':
             if (!strcmp(optarg, "fcgi")) proto = P_FCGI;
             else if (!strcmp(optarg, "scgi")) proto = P_SCGI;
+            else if (!strcmp(optarg, "uwsgi")) proto = P_UWSGI;
             else if (!strcmp(optarg, "ajp")) proto = P_AJP;
             else usage();
             break;
@@ -689,7 +699,7 @@ int main(int argc, char **argv) {
     } else {
         set_tcp(tcp_spec);
     }
-    if (proto == P_SCGI) keep_conn = 0;
+    if (UNTIL_EOF(proto)) keep_conn = 0;
     load_request(req_path);
     if (save_path && save_hint) {
         save_buf = malloc(save_hint);

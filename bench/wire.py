@@ -90,6 +90,19 @@ def write_scgi_request(path, uri, body_size=0):
     return path
 
 
+def write_uwsgi_request(path, uri, body_size=0):
+    """The uwsgi packet nginx's uwsgi_pass sends: modifier1 0, the vars block's size
+    (little-endian), modifier2 0, each var as two little-endian 16-bit-prefixed strings, then
+    the body; the same variables as SCGI's."""
+    block = b"".join(struct.pack("<H", len(k)) + k + struct.pack("<H", len(v)) + v
+                     for k, v in ((k.encode("latin-1"), v.encode("latin-1"))
+                                  for k, v in _params(uri, body_size) if k != "SCGI"))
+    with open(path, "wb") as out:
+        out.write(struct.pack("<BHB", 0, len(block), 0) + block)
+        _write_body(out, body_size)
+    return path
+
+
 # -- AJP13 (ajpv13a.html; httpd's ajp_header.c) -------------------------------------------------
 
 

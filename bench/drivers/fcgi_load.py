@@ -31,13 +31,15 @@ class LoadClient:
         return self.requests[name]
 
     def request_file(self, proto, uri, body_size=0, packet_size=8192):
-        """An SCGI or AJP13 request file (cached by its parameters)."""
+        """An SCGI, uwsgi or AJP13 request file (cached by its parameters)."""
         name = "%s-%s-%d-%d" % (proto, re.sub(r"[^A-Za-z0-9]+", "_", uri), body_size,
                                 packet_size)
         if name not in self.requests:
             path = os.path.join(self.workdir, name + ".req")
             if proto == "scgi":
                 wire.write_scgi_request(path, uri, body_size)
+            elif proto == "uwsgi":
+                wire.write_uwsgi_request(path, uri, body_size)
             else:
                 wire.write_ajp_request(path, uri, body_size, packet_size)
             self.requests[name] = path

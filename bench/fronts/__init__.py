@@ -10,10 +10,13 @@ GROUPS = (
     ("fcgi-fork", "fcgi", "fork", "nginx"),
     ("scgi-fork", "scgi", "fork", "nginx"),
     ("ajp-thread", "ajp", "thread", "apache"),
+    ("uwsgi-thread", "uwsgi", "thread", "nginx"),
+    ("uwsgi-fork", "uwsgi", "fork", "nginx"),
 )
 
 
 GROUP_LABEL = {
     "fcgi-thread": "FastCGI, thread mode, nginx", "fcgi-fork": "FastCGI, fork mode, nginx",
     "scgi-fork": "SCGI, fork mode, nginx", "ajp-thread": "AJP13, thread mode, Apache",
+    "uwsgi-thread": "uwsgi, thread mode, nginx", "uwsgi-fork": "uwsgi, fork mode, nginx",
 }

@@ -71,6 +71,21 @@ NGINX_SCGI_SERVER = """
 """
 
 
+NGINX_UWSGI_SERVER = """
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            include /etc/nginx/uwsgi_params;
+            uwsgi_param SCRIPT_NAME "";
+            uwsgi_param PATH_INFO $uri;
+            uwsgi_pass unix:{sock};
+            uwsgi_read_timeout {timeout}s;
+            uwsgi_send_timeout {timeout}s;
+        }}
+    }}
+"""
+
+
 # HTTP backends (gunicorn, uWSGI --http-socket): without a pool nginx speaks HTTP/1.0 and
 # closes each upstream connection; with ``keepalive`` it needs HTTP/1.1 and no "Connection:
 # close" passed on.
@@ -92,7 +107,8 @@ NGINX_HTTP_SERVER = """
 """
 
 
-TEMPLATES = {"fcgi": NGINX_FCGI_SERVER, "scgi": NGINX_SCGI_SERVER, "http": NGINX_HTTP_SERVER}
+TEMPLATES = {"fcgi": NGINX_FCGI_SERVER, "scgi": NGINX_SCGI_SERVER, "uwsgi": NGINX_UWSGI_SERVER,
+             "http": NGINX_HTTP_SERVER}
 
 
 def server_block(n, proto, sock, port, keep, timeout, pool=16):

@@ -6,6 +6,7 @@ the numbers). The configs are bench/fronts/'s, the loads bench/drivers/'s.
   FastCGI, fork mode     nginx 1.22 fastcgi_pass  (uWSGI: --fastcgi-socket, 16 processes)
   SCGI, fork mode        nginx 1.22 scgi_pass     (uWSGI: --scgi-socket, 16 processes)
   AJP13, thread mode     Apache 2.4 mod_proxy_ajp (uWSGI has no AJP13: flup vs flupfast only)
+  uwsgi, thread and fork nginx 1.22 uwsgi_pass    (uWSGI: --uwsgi-socket; flup has no uwsgi)
 
 One nginx (one worker, no access log) serves every FastCGI/SCGI backend, each on its own
 port, over a Unix socket; flup and flupfast get ``fastcgi_keep_conn on`` with an upstream
@@ -63,6 +64,9 @@ class _Group:
             if proto != "fcgi" and variant == "compiled_nokeep":
                 continue
             res = self.out["servers"].setdefault(variant, {})
+            if kind == "flup" and proto == "uwsgi":
+                res["not_run"] = "flup has no uwsgi protocol"
+                continue
             if kind != "uwsgi" and kind not in kinds:
                 res["not_run"] = absent.get(kind, "not selected (--kinds)")
                 continue

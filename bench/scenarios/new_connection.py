@@ -1,6 +1,6 @@
 """A profile of the path most sites use: a new backend connection per request
 (nginx ``fastcgi_keep_conn off``, ``scgi_pass``, Apache without ``enablereuse``), flupfast
-compiled vs uWSGI, thread and fork mode, FastCGI and SCGI. Only noise-free counts: callgrind
+compiled vs uWSGI, thread and fork mode, FastCGI, SCGI and uwsgi. Only noise-free counts: callgrind
 instructions per request (a life of N requests and one of 2N, every process counted),
 strace calls per request, voluntary context switches per request, and one strace transcript
 of a few requests. Findings: bench/profile-new-connection.md.
@@ -31,7 +31,7 @@ from bench.servers.uwsgi import UWSGIServer, find_uwsgi
 POOL_ARGS = {"thread": ["--min-spare", "4", "--max-spare", "16", "--max-threads", "64"],
              "fork": ["--min-spare", "2", "--max-spare", "4", "--max-children", "8"]}
 UWSGI_SETTINGS = {"thread": {"processes": 1, "threads": 16}, "fork": {"processes": 8}}
-GROUPS = ("fcgi-thread", "fcgi-fork", "scgi-thread", "scgi-fork")
+GROUPS = ("fcgi-thread", "fcgi-fork", "scgi-thread", "scgi-fork", "uwsgi-thread", "uwsgi-fork")
 # Under callgrind the fork pool is pinned to two children forked at start: a child forked in
 # mid-run would carry the parent's counts of that moment into its total (callgrind does not
 # zero at fork), and one request at a time never needs more. What the parent costs with the

@@ -31,7 +31,7 @@ def uwsgi_command(binary, app, socket_flag, address, processes, threads=0):
 
 
 class UWSGIServer(Server):
-    """uWSGI with the bench app over FastCGI or SCGI: thread mode is 1 process x 16 threads,
+    """uWSGI with the bench app over FastCGI, SCGI or its own uwsgi protocol: thread mode is 1 process x 16 threads,
     fork mode 16 processes, unless ``settings`` say otherwise."""
 
     def __init__(self, *args, binary, settings=None, **kw):
@@ -40,7 +40,8 @@ class UWSGIServer(Server):
         self.settings = dict(settings or {})
 
     def command(self):
-        flag = {"fcgi": "--fastcgi-socket", "scgi": "--scgi-socket"}[self.protocol]
+        flag = {"fcgi": "--fastcgi-socket", "scgi": "--scgi-socket",
+                "uwsgi": "--uwsgi-socket"}[self.protocol]
         if self.mode == "thread":
             processes = self.settings.get("processes", 1)
             threads = self.settings.get("threads", UWSGI_WORKERS)
