@@ -62,10 +62,16 @@ class AcceptLoop(JobSource, LoopControl):
         signals = self.signals
         signals.open()
         selector = selectors.DefaultSelector()
+        watching = False
         try:
-            selector.register(sock, selectors.EVENT_READ, sock)
             selector.register(signals, selectors.EVENT_READ, signals)
             while self.keep_going:
+                if self.watch_listener() != watching:
+                    watching = not watching
+                    if watching:
+                        selector.register(sock, selectors.EVENT_READ, sock)
+                    else:
+                        selector.unregister(sock)
                 # PEP 475 retries EINTR inside select(); the wakeup socket ends the wait instead.
                 ready = selector.select(timeout)
                 listener_ready = False
@@ -101,6 +107,11 @@ class AcceptLoop(JobSource, LoopControl):
             return
         job = self.new_job(client, addr, *self.job_args)
         self.dispatch(job, client)
+
+    def watch_listener(self):
+        """Whether this loop accepts now (asked before each wait): always, unless the mode
+        has others accept (the threaded mode's leader/follower workers)."""
+        return True
 
     def dispatch(self, job, client):
         raise NotImplementedError
