@@ -65,6 +65,7 @@ class AcceptLoop(JobSource, LoopControl):
         watching = False
         try:
             selector.register(signals, selectors.EVENT_READ, signals)
+            self.loop_opened(sock)
             while self.keep_going:
                 if self.watch_listener() != watching:
                     watching = not watching
@@ -84,8 +85,11 @@ class AcceptLoop(JobSource, LoopControl):
                     self._accept_one(sock, tcp)
                 self.periodic()
         finally:
-            selector.close()
-            signals.close()
+            try:
+                self.loop_closing(sock)
+            finally:
+                selector.close()
+                signals.close()
         return self.reload_requested
 
     def _accept_one(self, sock, tcp):
@@ -107,6 +111,12 @@ class AcceptLoop(JobSource, LoopControl):
             return
         job = self.new_job(client, addr, *self.job_args)
         self.dispatch(job, client)
+
+    def loop_opened(self, sock):
+        """The loop can be woken now (``signals``): a mode may let others accept."""
+
+    def loop_closing(self, sock):
+        """The loop ends (a stop, or an error): whatever ``loop_opened`` started stops."""
 
     def watch_listener(self):
         """Whether this loop accepts now (asked before each wait): always, unless the mode

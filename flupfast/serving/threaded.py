@@ -147,6 +147,7 @@ class ThreadedMode(AcceptLoop):
         self.leader_follower = leader_follower
         self._tcp = False
         self._leading = False  # while serve() runs leader/follower
+        self._listener_timeout = None
         self._active = set()  # _TrackedJob of every job the pool holds (queued or running)
         self._queued_burst = 0  # connections queued behind busy threads in the current burst
         self._refused = 0       # connections answered "overloaded" in the current burst
@@ -157,37 +158,38 @@ class ThreadedMode(AcceptLoop):
         parked connections are closed at once, as idle ones are."""
         parked = self.parked
         if parked is None:
-            return self._serve(sock, timeout)
+            return super().serve(sock, timeout)
         parked.start()
         try:
-            return self._serve(sock, timeout)
+            return super().serve(sock, timeout)
         finally:
             parked.close()
 
-    def _serve(self, sock, timeout):
+    def loop_opened(self, sock):
         """Leader/follower where the pool supports it (serving/leader.py): idle workers accept
         and serve; this loop acts on signals, and accepts only while no worker is free (to
         queue, end idle persistent connections or answer "overloaded", as before). A
         ``periodic`` hook that must run after every accept (``leader_follower`` False), or a
-        pool of another kind, keeps the classic loop: this thread accepts every connection."""
+        pool of another kind, keeps the classic loop: this thread accepts every connection.
+        Started once the loop can be woken: a worker that takes the last free thread wakes it."""
         pool = self.pool
         if not (self.leader_follower and hasattr(pool, "attach")):
-            return super().serve(sock, timeout)
-        previous = sock.gettimeout()
+            return
+        self._listener_timeout = sock.gettimeout()
         sock.setblocking(False)  # a worker and this loop may race for one connection
-        leader = _impl.Leader(sock)
         self._tcp = is_tcp(sock)
-        if not pool.attach(leader, self._serve_accepted):
+        leader = _impl.Leader(sock)
+        if pool.attach(leader, self._serve_accepted):
+            self._leading = True
+        else:  # a stopped pool: the classic loop refuses
             leader.close()
-            sock.settimeout(previous)
-            return super().serve(sock, timeout)
-        self._leading = True
-        try:
-            return super().serve(sock, timeout)
-        finally:
+            sock.settimeout(self._listener_timeout)
+
+    def loop_closing(self, sock):
+        if self._leading:
             self._leading = False
-            pool.detach()
-            sock.settimeout(previous)
+            self.pool.detach()
+            sock.settimeout(self._listener_timeout)
 
     def watch_listener(self):
         """AcceptLoop's question: accept here only while no worker waits to lead."""
