@@ -62,14 +62,14 @@ class AcceptLoop(JobSource, LoopControl):
         signals = self.signals
         signals.open()
         selector = selectors.DefaultSelector()
-        watching = False
+        self.listener_watched = False
         try:
             selector.register(signals, selectors.EVENT_READ, signals)
             self.loop_opened(sock)
             while self.keep_going:
-                if self.watch_listener() != watching:
-                    watching = not watching
-                    if watching:
+                if self.watch_listener() != self.listener_watched:
+                    self.listener_watched = not self.listener_watched
+                    if self.listener_watched:
                         selector.register(sock, selectors.EVENT_READ, sock)
                     else:
                         selector.unregister(sock)
