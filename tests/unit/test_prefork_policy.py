@@ -332,6 +332,14 @@ def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
         child.close()
 
 
+def _assert_no_report(parent):
+    try:
+        data = parent.recv(16)
+    except BlockingIOError:
+        return
+    raise AssertionError("the child reported %r" % data)
+
+
 def test_board_child_wakes_the_parent_at_a_crossing_not_past_it(tmp_path, child_loop):
     """Past a line (below min_spare but some idle; above max_spare + 1) the parent, which
     reads the whole board when it wakes, was told already: no wake-up per request."""
@@ -352,14 +360,12 @@ def test_board_child_wakes_the_parent_at_a_crossing_not_past_it(tmp_path, child_
             pass
         assert listen.request(2) == [b"ok\n", b"ok\n"]
         assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
-        with pytest.raises(BlockingIOError):
-            parent.recv(1)  # 1 idle while busy: below min_spare, but not a crossing
+        _assert_no_report(parent)  # 1 idle while busy: below min_spare, but not a crossing
         for slot in (4, 5, 6, 7, 8, 9, 10):  # 8 idle with this one: past max_spare + 1
             shared[slot] = STATUS_IDLE[0]
         assert listen.request(1) == [b"ok\n"]
         assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
-        with pytest.raises(BlockingIOError):
-            parent.recv(1)
+        _assert_no_report(parent)
         shared[0] = STATUS_BUSY[0]  # now this one turning busy leaves none idle: a crossing
         for slot in (4, 5, 6, 7, 8, 9, 10):
             shared[slot] = STATUS_BUSY[0]
