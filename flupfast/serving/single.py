@@ -38,6 +38,8 @@ class AcceptLoop(JobSource, LoopControl):
     after each accept or ``timeout`` (flup threadedserver.py:104).
     """
 
+    listener_watched = False  # whether the loop waits on the listening socket now
+
     def __init__(self, job_class, job_args=(), *, is_client_allowed=None, periodic=None):
         super().__init__()
         self.job_class = job_class

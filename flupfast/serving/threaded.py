@@ -179,11 +179,17 @@ class ThreadedMode(AcceptLoop):
         sock.setblocking(False)  # a worker and this loop may race for one connection
         self._tcp = is_tcp(sock)
         leader = _impl.Leader(sock)
-        if pool.attach(leader, self._serve_accepted):
+        if pool.attach(leader, self._serve_accepted, self._worker_free):
             self._leading = True
         else:  # a stopped pool: the classic loop refuses
             leader.close()
             sock.settimeout(self._listener_timeout)
+
+    def _worker_free(self):
+        """A worker (counted free) is about to lead: if the loop still accepts, it wakes to
+        give accepting back (else it would only see so at its next connection)."""
+        if self.listener_watched:
+            self.signals.wake()
 
     def loop_closing(self, sock):
         if self._leading:

@@ -40,6 +40,7 @@ class ThreadPool:
         self._queue = collections.deque()
         self._leader = None      # while attached: the Leader idle workers accept on
         self._handle = None      # ... and what serves a connection one of them accepted
+        self._on_lead = None     # ... and what a worker calls before it waits on the leader
         self._waiting = 0        # workers blocked in wait() (not running a job)
         self._workers = 0
         self._threads = set()
@@ -114,17 +115,19 @@ class ThreadPool:
 
     # -- leader/follower (serving/leader.py) ----------------------------------------------------
 
-    def attach(self, leader, handle):
+    def attach(self, leader, handle, on_lead=None):
         """From now on idle workers take turns accepting on ``leader`` (a Leader) and serve
         what they accept themselves with ``handle(client, addr)``, instead of waiting for
         jobs; queued jobs still go first. The pool's rules are kept: a worker that accepted
         counts busy, ``min_spare`` free ones are topped up then, ``max_spare`` bounds the free
-        ones after a job. False (nothing attached) when the pool is stopped."""
+        ones after a job; ``on_lead()`` is called by a free worker before it waits on the
+        leader. False (nothing attached) when the pool is stopped."""
         with self._cond:
             if self._stopping:
                 return False
             self._leader = leader
             self._handle = handle
+            self._on_lead = on_lead
             self._cond.notify_all()  # waiting workers become followers
             return True
 
@@ -146,8 +149,11 @@ class ThreadPool:
                         if leader is None:
                             cond.wait()
                             continue
+                        on_lead = self._on_lead
                         cond.release()
                         try:
+                            if on_lead is not None:
+                                on_lead()
                             accepted = self._lead(leader)
                         finally:
                             cond.acquire()
