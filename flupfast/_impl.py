@@ -82,11 +82,12 @@ TWINS = (
     ("InputStream", "InputStream", "flupfast.body", "InputStream"),
     ("send_buffers", "send_buffers", "flupfast.output", "send_buffers"),
     ("serve_child", "serve_child", "flupfast.serving.prefork.child", "serve_child"),
+    ("Leader", "Leader", "flupfast.serving.leader", "Leader"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
 # importing a codec must not load.
-LAZY = frozenset({"serve_child"})
+LAZY = frozenset({"serve_child", "Leader"})
 
 
 def pure_twin(name):

@@ -68,9 +68,10 @@ class SCGIRequest:
         sent yet (flup scgi_base.py:150-175)."""
         environ = self.environ
         logger = self.logger
-        fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], fastlog.readable(
-            environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')))
         debug = logger.isEnabledFor(logging.DEBUG)
+        if debug or logger.isEnabledFor(logging.INFO):  # the line's arguments only when logged
+            fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], fastlog.readable(
+                environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')))
         if debug:
             start = datetime.datetime.now()
         try:

@@ -6,7 +6,7 @@ strace calls per request, voluntary context switches per request, and one strace
 of a few requests. Findings: bench/profile-new-connection.md.
 
     python -m bench.scenarios.new_connection [--only fcgi-thread,...] [--kinds compiled,uwsgi]
-        [--parts callgrind,syscalls,transcript,window,tail] [-n 300] [--keep-dir DIR]
+        [--parts callgrind,syscalls,syscalls16,transcript,window,tail] [-n 300] [--keep-dir DIR]
 """
 import argparse
 import json
@@ -51,8 +51,8 @@ def make_server(kind, mode, proto, workdir, cls=None, pool_args=POOL_ARGS, **kw)
                 extra_args=pool_args[mode], **kw)
 
 
-def _load(client, srv, proto, count):
-    return client.run(srv.address, "hello", conns=1, keep=False, count=count, proto=proto,
+def _load(client, srv, proto, count, conns=1):
+    return client.run(srv.address, "hello", conns=conns, keep=False, count=count, proto=proto,
                       deadline=max(60.0, count * 0.2))
 
 
@@ -143,22 +143,23 @@ def window(kind, mode, proto, client, workdir, n=300, warm=50):
             "per_request": round(sum(file_total(f) for f in files) / n)}
 
 
-def syscalls(kind, mode, proto, client, workdir, n=500):
-    """strace -c -f calls per request, and context switches per request (without strace)."""
+def syscalls(kind, mode, proto, client, workdir, n=500, conns=1):
+    """strace -c -f calls per request, and context switches per request (without strace),
+    with ``conns`` concurrent new connections (the syscalls16 part: 16, 3,000 requests)."""
     srv = make_server(kind, mode, proto, workdir)
     try:
         if not srv.start(client):
             return {"error": "did not start: %s" % srv.error}
-        _load(client, srv, proto, 100)
+        _load(client, srv, proto, 100, conns)
         time.sleep(0.5)
         before = tree_ctxt_switches(srv.pids())
-        res = _load(client, srv, proto, 2000)
+        res = _load(client, srv, proto, 2000, conns)
         after = tree_ctxt_switches(srv.pids())
         done = res.get("requests") or 1
         ctxt = {"voluntary": round((after[0] - before[0]) / done, 2),
                 "involuntary": round((after[1] - before[1]) / done, 2), "requests": done}
         res, calls = count_syscalls(srv.pids(), os.path.join(workdir, "strace.txt"),
-                                    lambda: _load(client, srv, proto, n))
+                                    lambda: _load(client, srv, proto, n, conns))
         if calls is None:
             return {"error": "strace did not detach", "ctxt_switches": ctxt}
         done = res.get("requests") or n
@@ -266,6 +267,11 @@ def main(argv=None):
                 log("strace -c %s" % key)
                 row["syscalls"] = syscalls(kind, mode, proto, client, workdir)
                 log("    %s" % row["syscalls"])
+            if "syscalls16" in parts:
+                log("strace -c %s, 16 connections at once" % key)
+                row["syscalls16"] = syscalls(kind, mode, proto, client, workdir, n=3000,
+                                             conns=16)
+                log("    %s" % row["syscalls16"])
             if "transcript" in parts:
                 path = os.path.join(workdir, "strace-%s-%s-%s.txt" % (kind, mode, proto))
                 row["transcript"] = transcript(kind, mode, proto, client, workdir, path)

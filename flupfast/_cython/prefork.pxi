@@ -163,9 +163,11 @@ cdef struct _Board:
 
 cdef bint _board_report(_Board *board, int parent_fd, unsigned char status,
                         int wait_epfd) except -1:
-    """ChildBoard.report: mark the slot, wake the parent only when the idle count calls for
-    a spawn or a retirement; without a board, always the status byte."""
+    """ChildBoard.report: mark the slot, wake the parent only when this change crossed
+    min_spare downwards, left no child idle, or crossed max_spare upwards; without a board,
+    always the status byte."""
     cdef Py_ssize_t i, idle = 0
+    cdef bint crossed
     if board.buf == NULL:
         return _report(parent_fd, status, wait_epfd)
     board.buf[board.slot] = status
@@ -173,7 +175,11 @@ cdef bint _board_report(_Board *board, int parent_fd, unsigned char status,
     for i in range(board.size):
         if board.buf[i] == 0xff:
             idle += 1
-    if idle < board.min_spare or idle > board.max_spare:
+    if status == 0xff:
+        crossed = idle == board.max_spare + 1
+    else:
+        crossed = idle == board.min_spare - 1 or idle == 0
+    if crossed:
         return _report(parent_fd, status, wait_epfd)
     return True
 

@@ -24,6 +24,10 @@ class ThreadedServer(_AcceptLoopFacade):
         self._threadPool = ThreadPool(**kw)  # unknown keywords raise TypeError, as flup
         hooks = self._hookArgs()
         hooks['periodic'] = lambda: self._mainloopPeriodic()
+        # Workers accept (leader/follower) unless a subclass's _mainloopPeriodic must run after
+        # every accept, as flup's loop runs it: then this loop keeps accepting them all.
+        hooks['leader_follower'] = \
+            type(self)._mainloopPeriodic is _AcceptLoopFacade._mainloopPeriodic
         self._servingMode = ThreadedMode(jobClass, jobArgs, pool=self._threadPool, **hooks)
 
     def _makeStatusBoard(self):

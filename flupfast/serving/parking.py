@@ -197,6 +197,10 @@ class ParkedSet:
             return True
         return False
 
+    def has_parked(self):
+        """Anything parked or offered (read without the lock: a hint, asked after every job)."""
+        return bool(self._parked) or bool(self._offered)
+
     def take_ready(self):
         """The next parked connection that is readable, or None: waits on the set at most
         LINGER (the last worker running) or SHORT_LINGER (one other worker), else not at all."""

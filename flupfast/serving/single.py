@@ -38,6 +38,8 @@ class AcceptLoop(JobSource, LoopControl):
     after each accept or ``timeout`` (flup threadedserver.py:104).
     """
 
+    listener_watched = False  # whether the loop waits on the listening socket now
+
     def __init__(self, job_class, job_args=(), *, is_client_allowed=None, periodic=None):
         super().__init__()
         self.job_class = job_class
@@ -62,10 +64,17 @@ class AcceptLoop(JobSource, LoopControl):
         signals = self.signals
         signals.open()
         selector = selectors.DefaultSelector()
+        self.listener_watched = False
         try:
-            selector.register(sock, selectors.EVENT_READ, sock)
             selector.register(signals, selectors.EVENT_READ, signals)
+            self.loop_opened(sock)
             while self.keep_going:
+                if self.watch_listener() != self.listener_watched:
+                    self.listener_watched = not self.listener_watched
+                    if self.listener_watched:
+                        selector.register(sock, selectors.EVENT_READ, sock)
+                    else:
+                        selector.unregister(sock)
                 # PEP 475 retries EINTR inside select(); the wakeup socket ends the wait instead.
                 ready = selector.select(timeout)
                 listener_ready = False
@@ -78,8 +87,11 @@ class AcceptLoop(JobSource, LoopControl):
                     self._accept_one(sock, tcp)
                 self.periodic()
         finally:
-            selector.close()
-            signals.close()
+            try:
+                self.loop_closing(sock)
+            finally:
+                selector.close()
+                signals.close()
         return self.reload_requested
 
     def _accept_one(self, sock, tcp):
@@ -101,6 +113,17 @@ class AcceptLoop(JobSource, LoopControl):
             return
         job = self.new_job(client, addr, *self.job_args)
         self.dispatch(job, client)
+
+    def loop_opened(self, sock):
+        """The loop can be woken now (``signals``): a mode may let others accept."""
+
+    def loop_closing(self, sock):
+        """The loop ends (a stop, or an error): whatever ``loop_opened`` started stops."""
+
+    def watch_listener(self):
+        """Whether this loop accepts now (asked before each wait): always, unless the mode
+        has others accept (the threaded mode's leader/follower workers)."""
+        return True
 
     def dispatch(self, job, client):
         raise NotImplementedError

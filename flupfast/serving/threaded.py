@@ -11,11 +11,12 @@ import socket
 import threading
 import time
 
+from flupfast import _impl
 from flupfast.limits import MAX_QUEUED_CONNECTIONS, THREAD_JOB_GRACE
 from flupfast.output import shutdown_quietly
 from flupfast.serving import handover
 from flupfast.serving.job import END, PARK, WAIT
-from flupfast.serving.listen import is_tcp
+from flupfast.serving.listen import is_tcp, set_nodelay
 from flupfast.serving.parking import ParkedSet, supported as parking_supported
 from flupfast.serving.single import AcceptLoop
 from flupfast.serving.threadpool import ThreadPool
@@ -84,7 +85,10 @@ class _TrackedJob:
             while tracked is not None:
                 tracked._run_once(parked)
                 # Connections queued for a thread go first: this one goes back to the pool.
-                tracked = None if pool.has_queued() else parked.take_ready()
+                # Nothing parked (a connection that closed, keep_conn off): no linger on an
+                # empty set; the thread is free for the next connection at once.
+                tracked = None if pool.has_queued() or not parked.has_parked() \
+                    else parked.take_ready()
                 if tracked is not None:
                     self._active.add(tracked)
         finally:
@@ -137,11 +141,15 @@ class ThreadedMode(AcceptLoop):
 
     def __init__(self, job_class, job_args=(), *, pool=None, is_client_allowed=None,
                  periodic=None, max_queued=MAX_QUEUED_CONNECTIONS, parking=True,
-                 **pool_options):
+                 leader_follower=True, **pool_options):
         super().__init__(job_class, job_args, is_client_allowed=is_client_allowed,
                          periodic=periodic)
         self.pool = pool if pool is not None else ThreadPool(**pool_options)
         self.max_queued = max_queued
+        self.leader_follower = leader_follower
+        self._tcp = False
+        self._leading = False  # while serve() runs leader/follower
+        self._listener_timeout = None
         self._active = set()  # _TrackedJob of every job the pool holds (queued or running)
         self._queued_burst = 0  # connections queued behind busy threads in the current burst
         self._refused = 0       # connections answered "overloaded" in the current burst
@@ -193,6 +201,63 @@ class ThreadedMode(AcceptLoop):
             tracked = _TrackedJob(job, client, self._active, self, self.parked, self.pool)
             if not self.parked.park(tracked):
                 tracked.close_parked()
+
+    def loop_opened(self, sock):
+        """Leader/follower where the pool supports it (serving/leader.py): idle workers accept
+        and serve; this loop acts on signals, and accepts only while no worker is free (to
+        queue, end idle persistent connections or answer "overloaded", as before). A
+        ``periodic`` hook that must run after every accept (``leader_follower`` False), or a
+        pool of another kind, keeps the classic loop: this thread accepts every connection.
+        Started once the loop can be woken: a worker that takes the last free thread wakes it."""
+        pool = self.pool
+        if not (self.leader_follower and hasattr(pool, "attach")):
+            return
+        self._listener_timeout = sock.gettimeout()
+        sock.setblocking(False)  # a worker and this loop may race for one connection
+        self._tcp = is_tcp(sock)
+        leader = _impl.Leader(sock)
+        if pool.attach(leader, self._serve_accepted, self._worker_free):
+            self._leading = True
+        else:  # a stopped pool: the classic loop refuses
+            leader.close()
+            sock.settimeout(self._listener_timeout)
+
+    def _worker_free(self):
+        """A worker (counted free) is about to lead: if the loop still accepts, it wakes to
+        give accepting back (else it would only see so at its next connection)."""
+        if self.listener_watched:
+            self.signals.wake()
+
+    def loop_closing(self, sock):
+        if self._leading:
+            self._leading = False
+            self.pool.detach()
+            sock.settimeout(self._listener_timeout)
+
+    def watch_listener(self):
+        """AcceptLoop's question: accept here only while no worker waits to lead."""
+        return not self._leading or self.pool.idle_count <= 0
+
+    def _serve_accepted(self, client, addr, exhausted):
+        """A worker accepted ``client``: serve it in this thread. ``exhausted``: no worker is
+        left to accept, so the loop must (it watches the listener again)."""
+        if exhausted:
+            self.signals.wake()
+        if self._tcp:
+            set_nodelay(client)
+        if not self.is_client_allowed(addr):
+            client.close()
+            return
+        job = self.new_job(client, addr, *self.job_args)
+        parked = self.parked
+        if parked is not None and not parked.open:
+            parked = None
+        tracked = _TrackedJob(job, client, self._active, self, parked, self.pool)
+        self._active.add(tracked)
+        try:
+            tracked.run()
+        except Exception:
+            logger.exception("unhandled exception in job %r", tracked)
 
     def dispatch(self, job, client):
         parked = self.parked

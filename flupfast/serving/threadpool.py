@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from flupfast.limits import THREAD_POOL_SHUTDOWN_GRACE
+from flupfast.limits import ACCEPT_BACKOFF, THREAD_POOL_SHUTDOWN_GRACE
 
 __all__ = ["ThreadPool"]
 
@@ -38,6 +38,9 @@ class ThreadPool:
         self.max_threads = max(min_spare, max_threads)
         self._cond = threading.Condition()
         self._queue = collections.deque()
+        self._leader = None      # while attached: the Leader idle workers accept on
+        self._handle = None      # ... and what serves a connection one of them accepted
+        self._on_lead = None     # ... and what a worker calls before it waits on the leader
         self._waiting = 0        # workers blocked in wait() (not running a job)
         self._workers = 0
         self._threads = set()
@@ -86,20 +89,54 @@ class ThreadPool:
         with self._cond:
             if self._stopping:
                 return False
-            while (self._waiting - len(self._queue) < self.min_spare
-                   and self._workers < self.max_threads):
-                try:
-                    self._start_worker()
-                except RuntimeError:
-                    logger.warning("cannot start a worker thread (%d running)", self._workers,
-                                   exc_info=True)
-                    return False
+            if not self._top_up():
+                return False
             free = self._waiting - len(self._queue)
             if free > 0 or (allow_queuing and (queue_limit is None or -free < queue_limit)):
                 self._queue.append(job)
                 self._cond.notify()
+                if self._leader is not None:
+                    self._leader.wake()  # idle workers wait on the leader, not the condition
                 return True
             return False
+
+    def _top_up(self):
+        """Caller holds the lock: start workers until ``min_spare`` are free (or
+        ``max_threads`` run). False if the OS refused a thread."""
+        while (self._waiting - len(self._queue) < self.min_spare
+               and self._workers < self.max_threads):
+            try:
+                self._start_worker()
+            except RuntimeError:
+                logger.warning("cannot start a worker thread (%d running)", self._workers,
+                               exc_info=True)
+                return False
+        return True
+
+    # -- leader/follower (serving/leader.py) ----------------------------------------------------
+
+    def attach(self, leader, handle, on_lead=None):
+        """From now on idle workers take turns accepting on ``leader`` (a Leader) and serve
+        what they accept themselves with ``handle(client, addr)``, instead of waiting for
+        jobs; queued jobs still go first. The pool's rules are kept: a worker that accepted
+        counts busy, ``min_spare`` free ones are topped up then, ``max_spare`` bounds the free
+        ones after a job; ``on_lead()`` is called by a free worker before it waits on the
+        leader. False (nothing attached) when the pool is stopped."""
+        with self._cond:
+            if self._stopping:
+                return False
+            self._leader = leader
+            self._handle = handle
+            self._on_lead = on_lead
+            self._cond.notify_all()  # waiting workers become followers
+            return True
+
+    def detach(self):
+        """Back to jobs only: the workers waiting on the leader return to the condition."""
+        with self._cond:
+            leader, self._leader, self._handle = self._leader, None, None
+        if leader is not None:
+            leader.close()
 
     def _work(self):
         cond = self._cond
@@ -108,17 +145,43 @@ class ThreadPool:
             try:
                 while True:
                     while not self._queue and not self._stopping:
-                        cond.wait()
-                    if self._stopping:
-                        return
-                    job = self._queue.popleft()
-                    self._waiting -= 1
-                    waiting = False
-                    cond.release()
-                    try:
-                        self._run_job(job)
-                    finally:
-                        cond.acquire()
+                        leader = self._leader
+                        if leader is None:
+                            cond.wait()
+                            continue
+                        on_lead = self._on_lead
+                        cond.release()
+                        try:
+                            if on_lead is not None:
+                                on_lead()
+                            accepted = self._lead(leader)
+                        finally:
+                            cond.acquire()
+                        if accepted is None:
+                            continue  # woken: a queued job, a stop, or the leader went
+                        self._waiting -= 1
+                        waiting = False
+                        self._top_up()
+                        # Nobody left to accept: the mode's loop takes the connections (and
+                        # queues or refuses them) until a worker leads again.
+                        exhausted = self._waiting - len(self._queue) <= 0
+                        cond.release()
+                        try:
+                            self._serve(accepted, exhausted)
+                        finally:
+                            cond.acquire()
+                        break
+                    else:
+                        if self._stopping:
+                            return
+                        job = self._queue.popleft()
+                        self._waiting -= 1
+                        waiting = False
+                        cond.release()
+                        try:
+                            self._run_job(job)
+                        finally:
+                            cond.acquire()
                     # Too many free threads: this one leaves (flup threadpool.py:143-144).
                     if self._waiting - len(self._queue) >= self.max_spare:
                         return
@@ -129,6 +192,28 @@ class ThreadPool:
                     self._waiting -= 1
                 self._workers -= 1
                 self._threads.discard(threading.current_thread())
+
+    @staticmethod
+    def _lead(leader):
+        """Wait on ``leader`` (GIL released); (client, addr), or None when woken or failed."""
+        try:
+            return leader.lead()
+        except OSError as exc:
+            # EMFILE and the like: the connection stays queued; back off, as the accept loop.
+            logger.error("accept() failed: %s; pausing %.1f s", exc, ACCEPT_BACKOFF)
+            time.sleep(ACCEPT_BACKOFF)
+            return None
+
+    def _serve(self, accepted, exhausted):
+        handle = self._handle
+        client, addr = accepted
+        if handle is None:  # detached meanwhile (a stop): nobody serves it
+            client.close()
+            return
+        try:
+            handle(client, addr, exhausted)
+        except Exception:
+            logger.exception("unhandled exception serving %r", addr)
 
     @staticmethod
     def _run_job(job):
@@ -150,7 +235,10 @@ class ThreadPool:
             dropped = list(self._queue)
             self._queue.clear()
             self._cond.notify_all()
+            leader, self._leader, self._handle = self._leader, None, None
             threads = [thread for thread in self._threads if thread is not current]
+        if leader is not None:
+            leader.close()
         for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         busy = sum(thread.is_alive() for thread in threads)

@@ -332,6 +332,54 @@ def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
         child.close()
 
 
+def _assert_no_report(parent):
+    try:
+        data = parent.recv(16)
+    except BlockingIOError:
+        return
+    raise AssertionError("the child reported %r" % data)
+
+
+def test_board_child_wakes_the_parent_at_a_crossing_not_past_it(tmp_path, child_loop):
+    """Past a line (below min_spare but some idle; above max_spare + 1) the parent, which
+    reads the whole board when it wakes, was told already: no wake-up per request."""
+    import mmap
+    from flupfast.serving.prefork import SLOT_UNREPORTED, ChildBoard
+    shared = mmap.mmap(-1, 16)
+    shared[0] = STATUS_IDLE[0]  # one idle sibling: busy leaves 1 idle, min_spare 3
+    shared[3] = SLOT_UNREPORTED
+    board = ChildBoard(shared, 3, 3, 5)
+    listen, parent, child, thread = run_child_loop(tmp_path, 0, loop=child_loop, timeout=None,
+                                                   board=board)
+    try:
+        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        parent.setblocking(False)
+        try:  # the first report (idle 2 < min_spare 3) may or may not have crossed: drain
+            parent.recv(16)
+        except BlockingIOError:
+            pass
+        assert listen.request(2) == [b"ok\n", b"ok\n"]
+        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        _assert_no_report(parent)  # 1 idle while busy: below min_spare, but not a crossing
+        for slot in (4, 5, 6, 7, 8, 9, 10):  # 8 idle with this one: past max_spare + 1
+            shared[slot] = STATUS_IDLE[0]
+        assert listen.request(1) == [b"ok\n"]
+        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        _assert_no_report(parent)
+        shared[0] = STATUS_BUSY[0]  # now this one turning busy leaves none idle: a crossing
+        for slot in (4, 5, 6, 7, 8, 9, 10):
+            shared[slot] = STATUS_BUSY[0]
+        assert listen.request(1) == [b"ok\n"]
+        parent.setblocking(True)
+        assert recv_exact(parent, 1) == STATUS_BUSY
+    finally:
+        parent.close()
+        thread.join(10)
+        assert not thread.is_alive()
+        listen.sock.close()
+        child.close()
+
+
 def test_parent_reads_board_and_falls_back_to_status_bytes():
     import mmap
     from flupfast.serving.prefork import SLOT_UNREPORTED, ChildRecord, PreforkMode

@@ -77,13 +77,20 @@ class ChildBoard:
         self.max_spare = max_spare
 
     def report(self, parent_sock, status):
-        """Mark this child ``status`` (STATUS_BUSY or STATUS_IDLE); tell the parent only when
-        the idle count now calls for a spawn (below min_spare) or a retirement (above
-        max_spare). Returns False when the parent is gone."""
+        """Mark this child ``status`` (STATUS_BUSY or STATUS_IDLE); wake the parent only when
+        this change crossed a line it acts on: the idle count fell below min_spare (a spawn)
+        or to none (the overload guard watches), or rose above max_spare (a retirement). The
+        parent reads the whole board when it wakes, so each crossing needs one wake-up, not
+        every change past it; two children crossing together is caught at the parent's own
+        tick (PARENT_TICK). Returns False when the parent is gone."""
         buffer = self.buffer
         buffer[self.slot] = status[0]
         idle = buffer[:].count(STATUS_IDLE)
-        if idle < self.min_spare or idle > self.max_spare:
+        if status == STATUS_BUSY:
+            crossed = idle == self.min_spare - 1 or idle == 0
+        else:
+            crossed = idle == self.max_spare + 1
+        if crossed:
             return notify_parent(parent_sock, status)
         return True
 

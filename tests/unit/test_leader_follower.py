@@ -1,0 +1,291 @@
+"""Leader/follower accept in the threaded mode (flupfast/serving/leader.py and its compiled
+twin): the Leader's contract on both backends, and the mode's promises with it: the worker that
+accepts serves, no connection of a burst is lost while every worker is busy, maxThreads is
+honoured, the loop thread accepts only when no worker is free, a stop ends the followers.
+Concurrency is shown by events and counts, never by elapsed time.
+"""
+import os
+import socket
+import threading
+
+import pytest
+
+from flupfast.serving import threaded
+from flupfast.serving.job import Job
+from flupfast.serving.threaded import ThreadedMode
+from flupfast.server.threadedserver import ThreadedServer
+from tests.reliability.fault_harness import eventually
+
+WAIT = 30.0
+
+
+@pytest.fixture
+def unix_listener(tmp_path):
+    address = str(tmp_path / "l.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(address)
+    listener.listen(64)
+    listener.setblocking(False)
+    yield listener, address
+    listener.close()
+
+
+def _connect(address, family=socket.AF_UNIX):
+    sock = socket.socket(family)
+    sock.settimeout(WAIT)
+    sock.connect(address)
+    return sock
+
+
+def _lead_in_thread(leader, out):
+    thread = threading.Thread(target=lambda: out.append(leader.lead()), daemon=True)
+    thread.start()
+    return thread
+
+
+# -- the Leader, on both backends ---------------------------------------------------------------
+
+def test_lead_accepts_a_blocking_close_on_exec_socket(backend, unix_listener):
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    peer = _connect(address)
+    try:
+        client, addr = leader.lead()
+        try:
+            assert addr == ""  # what socket.accept() gives for an unnamed AF_UNIX peer
+            assert client.gettimeout() is None and client.getblocking()
+            assert not os.get_inheritable(client.fileno())
+            assert (client.family, client.type) == (listener.family, listener.type)
+            peer.sendall(b"x")
+            assert client.recv(1) == b"x"
+        finally:
+            client.close()
+    finally:
+        peer.close()
+        leader.close()
+
+
+def test_lead_gives_a_tcp_peer_address_as_accept_does(backend):
+    listener = socket.socket(socket.AF_INET)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    leader = backend.Leader(listener)
+    peer = _connect(listener.getsockname(), socket.AF_INET)
+    try:
+        client, addr = leader.lead()
+        assert addr == peer.getsockname() == client.getpeername()
+        client.close()
+    finally:
+        peer.close()
+        leader.close()
+        listener.close()
+
+
+def test_each_wake_ends_exactly_one_wait(backend, unix_listener):
+    listener, _ = unix_listener
+    leader = backend.Leader(listener)
+    try:
+        for _ in range(3):
+            leader.wake()
+        for _ in range(3):
+            out = []
+            _lead_in_thread(leader, out).join(WAIT)
+            assert out == [None]  # each finds its own wakeup (none drained another's)
+        out = []
+        waiting = _lead_in_thread(leader, out)
+        waiting.join(0.2)
+        assert waiting.is_alive() and not out  # no wakeup left: it waits
+        leader.wake()
+        waiting.join(WAIT)
+        assert out == [None]
+    finally:
+        leader.close()
+
+
+def test_close_ends_the_leader_and_every_follower(backend, unix_listener):
+    listener, _ = unix_listener
+    leader = backend.Leader(listener)
+    out = []
+    threads = [_lead_in_thread(leader, out) for _ in range(4)]
+    leader.close()
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert out == [None] * 4
+    assert leader.lead() is None  # and any later one
+    assert leader.closed
+
+
+def test_one_connection_goes_to_one_of_many_waiting_leaders(backend, unix_listener):
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    out = []
+    threads = [_lead_in_thread(leader, out) for _ in range(3)]
+    peer = _connect(address)
+    try:
+        assert eventually(lambda: len(out) == 1, WAIT)
+        assert out[0] is not None
+        out[0][0].close()
+    finally:
+        leader.close()
+        for thread in threads:
+            thread.join(WAIT)
+        peer.close()
+    assert out[1:] == [None, None]
+
+
+# -- the mode -----------------------------------------------------------------------------------
+
+class GatedJob(Job):
+    """Answers one line once ``gate`` is set; records its thread and the jobs running at once."""
+
+    def __init__(self, client, addr, state):
+        self.client = client
+        self.state = state
+
+    def run(self):
+        state = self.state
+        with state["lock"]:
+            state["running"] += 1
+            state["most"] = max(state["most"], state["running"])
+            state["threads"].append(threading.current_thread())
+        state["started"].release()
+        try:
+            state["gate"].wait(WAIT)
+            self.client.recv(100)
+            self.client.sendall(b"ok\n")
+        finally:
+            with state["lock"]:
+                state["running"] -= 1
+            self.client.close()
+        return 1
+
+    def refuse_overloaded(self):
+        self.client.sendall(b"overloaded\n")
+        self.client.close()
+
+
+def _state():
+    return {"lock": threading.Lock(), "running": 0, "most": 0, "threads": [],
+            "started": threading.Semaphore(0), "gate": threading.Event()}
+
+
+@pytest.fixture
+def serve_mode(backend, monkeypatch, unix_listener):
+    """Start a ThreadedMode of GatedJobs on the backend's Leader: (mode, state, address)."""
+    monkeypatch.setattr(threaded._impl, "Leader", backend.Leader)
+    listener, address = unix_listener
+    started = []
+
+    def start(**options):
+        state = _state()
+        mode = ThreadedMode(GatedJob, (state,), **options)
+        accepts = []
+        original = mode._accept_one
+
+        def counting(sock, tcp):
+            accepts.append(threading.current_thread())
+            return original(sock, tcp)
+        mode._accept_one = counting
+        mode.loop_accepts = accepts
+        # A loop timeout longer than any test: the loop wakes for a stop or because a worker
+        # woke it (the last free one took a connection), never on its own.
+        thread = threading.Thread(target=mode.serve, args=(listener, 3600), daemon=True)
+        thread.start()
+        assert eventually(lambda: mode._leading, WAIT)
+        started.append((mode, thread, state))
+        return mode, state, address
+
+    yield start
+    for mode, thread, state in started:
+        state["gate"].set()
+        mode.shutdown(5)
+        thread.join(WAIT)
+        assert not thread.is_alive()
+        assert eventually(lambda: mode.pool.worker_count == 0, WAIT)
+
+
+def _ask(sock):
+    sock.sendall(b"req\n")
+    return sock.recv(20)
+
+
+def test_the_worker_that_accepts_serves_and_the_loop_accepts_nothing(serve_mode):
+    mode, state, address = serve_mode(min_spare=1, max_spare=4, max_threads=8)
+    state["gate"].set()
+    for _ in range(20):
+        sock = _connect(address)
+        assert _ask(sock) == b"ok\n"
+        sock.close()
+    assert mode.loop_accepts == []  # no hand-off: every connection was a worker's
+    assert all(t.name == "flupfast-worker" for t in state["threads"])
+
+
+def test_a_burst_with_every_worker_busy_loses_no_connection(serve_mode):
+    mode, state, address = serve_mode(min_spare=1, max_spare=2, max_threads=2, max_queued=64)
+    socks = [_connect(address) for _ in range(2)]
+    for _ in range(2):
+        assert state["started"].acquire(timeout=WAIT)  # both workers busy, gated
+    socks += [_connect(address) for _ in range(10)]  # all at once, nobody free to accept
+    # The loop took over accepting (no worker left to lead) and queued them.
+    assert eventually(lambda: mode.pool.idle_count <= -10, WAIT)
+    state["gate"].set()
+    assert [_ask(sock) for sock in socks] == [b"ok\n"] * 12
+    assert state["most"] == 2  # maxThreads honoured throughout
+    assert mode.pool.worker_count <= 2
+    for sock in socks:
+        sock.close()
+
+
+def test_overloaded_is_still_answered_beyond_the_queue(serve_mode):
+    mode, state, address = serve_mode(min_spare=1, max_spare=1, max_threads=1, max_queued=1)
+    busy = _connect(address)
+    assert state["started"].acquire(timeout=WAIT)
+    queued = _connect(address)
+    assert eventually(lambda: mode.pool.idle_count == -1, WAIT)
+    refused = _connect(address)
+    assert refused.recv(20) == b"overloaded\n"
+    state["gate"].set()
+    assert _ask(busy) == b"ok\n" and _ask(queued) == b"ok\n"
+    assert len(mode.loop_accepts) >= 2  # the loop accepted what no worker could
+    for sock in (busy, queued, refused):
+        sock.close()
+
+
+def test_a_new_leader_takes_over_once_a_worker_is_free_again(serve_mode):
+    mode, state, address = serve_mode(min_spare=1, max_spare=3, max_threads=3, max_queued=4)
+    busy = [_connect(address) for _ in range(3)]
+    for _ in range(3):
+        assert state["started"].acquire(timeout=WAIT)
+    assert eventually(lambda: mode.listener_watched, WAIT)  # no worker free: the loop accepts
+    state["gate"].set()
+    assert [_ask(sock) for sock in busy] == [b"ok\n"] * 3
+    assert eventually(lambda: mode.pool.idle_count == 3, WAIT)
+    sock = _connect(address)  # wakes the loop, which then sees free workers and stops watching
+    assert _ask(sock) == b"ok\n"
+    sock.close()
+    assert eventually(lambda: not mode.listener_watched, WAIT)
+    before = len(mode.loop_accepts)
+    for _ in range(6):
+        sock = _connect(address)
+        assert _ask(sock) == b"ok\n"
+        sock.close()
+    assert len(mode.loop_accepts) == before  # the workers lead again
+    for sock in busy:
+        sock.close()
+
+
+def test_facade_keeps_the_classic_loop_for_an_overridden_mainloop_periodic():
+    class Periodic(ThreadedServer):
+        def _mainloopPeriodic(self):
+            pass
+
+    plain = ThreadedServer(maxSpare=1)
+    custom = Periodic(maxSpare=1)
+    try:
+        assert plain._servingMode.leader_follower is True
+        assert custom._servingMode.leader_follower is False
+    finally:
+        plain.shutdown()
+        custom.shutdown()
