@@ -149,7 +149,7 @@ class ThreadPool:
                         if leader is None:
                             cond.wait()
                             continue
-                        on_lead = self._on_lead
+                        on_lead, handle = self._on_lead, self._handle
                         cond.release()
                         try:
                             if on_lead is not None:
@@ -167,7 +167,7 @@ class ThreadPool:
                         exhausted = self._waiting - len(self._queue) <= 0
                         cond.release()
                         try:
-                            self._serve(accepted, exhausted)
+                            self._serve(handle, accepted, exhausted)
                         finally:
                             cond.acquire()
                         break
@@ -204,12 +204,12 @@ class ThreadPool:
             time.sleep(ACCEPT_BACKOFF)
             return None
 
-    def _serve(self, accepted, exhausted):
-        handle = self._handle
+    @staticmethod
+    def _serve(handle, accepted, exhausted):
+        """Serve what this worker accepted with the ``handle`` it led for, even when the pool
+        was detached or stopped meanwhile: the web server sent a request on it (closing it
+        would answer with a reset, a 502 behind nginx), and a stop lets running jobs end."""
         client, addr = accepted
-        if handle is None:  # detached meanwhile (a stop): nobody serves it
-            client.close()
-            return
         try:
             handle(client, addr, exhausted)
         except Exception:
