@@ -2,7 +2,8 @@
 Unix socket, the C load client (16 connections, kept with FCGI_KEEP_CONN, and one connection
 per request), thread and fork mode; the same server plain and with one feature on at a time
 (``--access-log``, ``--status-path``, ``--slow-log``, ``--request-timeout``, process titles),
-rounds interleaved so the machine's drift touches every variant alike. Instruction counts of
+rounds interleaved (each starting one variant further on) so the machine's drift touches every
+variant alike. Instruction counts of
 the same features (noise-free): ``python -m bench.gateway_cost``.
 
     python -m bench.scenarios.ops_cost [--rounds 3] [--duration 2] [--modes thread,fork]
@@ -51,8 +52,12 @@ def measure(modes, rounds, duration, conns, workdir):
                         row[name] = {"error": srv.error}
                         continue
                     servers[name] = srv
+                names = list(servers)
                 for rnd in range(rounds):
-                    for name, srv in servers.items():
+                    # Each round starts one place further on: no variant always goes first.
+                    shift = rnd % len(names) if names else 0
+                    for name in names[shift:] + names[:shift]:
+                        srv = servers[name]
                         res = client.run(srv.address, "hello", conns=conns, keep=keep,
                                          duration=duration, warmup=0.5,
                                          deadline=duration + 30)
