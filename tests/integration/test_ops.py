@@ -75,16 +75,23 @@ class Stack:
         remove_tempdir(self.root)
 
 
-@pytest.fixture
-def stack():
-    made = []
+def stack_fixture(app='tests.apps.probe:app'):
+    """A test's ``stack``: ``stack(mode, *options)`` starts a Stack serving ``app``; every one
+    started is stopped after the test."""
+    @pytest.fixture
+    def stack():
+        made = []
 
-    def start(mode, *options):
-        made.append(Stack(mode, list(options)))
-        return made[-1]
-    yield start
-    for one in made:
-        one.stop()
+        def start(mode, *options):
+            made.append(Stack(mode, list(options), app=app))
+            return made[-1]
+        yield start
+        for one in made:
+            one.stop()
+    return stack
+
+
+stack = stack_fixture()
 
 
 def wait_for(predicate, timeout=10.0):

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tests.integration.test_ops import Stack, wait_for
+from tests.integration.test_ops import stack_fixture, wait_for
 
 pytestmark = pytest.mark.peer
 pytest.importorskip('setproctitle')
@@ -16,16 +16,7 @@ pytest.importorskip('setproctitle')
 APP = 'tests.apps.stuck:app'
 
 
-@pytest.fixture
-def stack():
-    made = []
-
-    def start(mode, *options):
-        made.append(Stack(mode, list(options), app=APP))
-        return made[-1]
-    yield start
-    for one in made:
-        one.stop()
+stack = stack_fixture(APP)
 
 
 def title(pid):

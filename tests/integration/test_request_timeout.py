@@ -8,23 +8,14 @@ import re
 import pytest
 
 from tests.integration.peers import IO_TIMEOUT
-from tests.integration.test_ops import Stack, wait_for
+from tests.integration.test_ops import stack_fixture, wait_for
 
 pytestmark = pytest.mark.peer
 
 APP = 'tests.apps.stuck:app'
 
 
-@pytest.fixture
-def stack():
-    made = []
-
-    def start(mode, *options):
-        made.append(Stack(mode, list(options), app=APP))
-        return made[-1]
-    yield start
-    for one in made:
-        one.stop()
+stack = stack_fixture(APP)
 
 
 # What each mode answers: the thread mode's 500 error page (the app raised RequestTerminated
