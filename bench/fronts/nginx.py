@@ -56,33 +56,20 @@ NGINX_FCGI_SERVER = """
 """
 
 
-NGINX_SCGI_SERVER = """
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            include /etc/nginx/scgi_params;
-            scgi_param SCRIPT_NAME "";
-            scgi_param PATH_INFO $uri;
-            scgi_pass unix:{sock};
-            scgi_read_timeout {timeout}s;
-            scgi_send_timeout {timeout}s;
-        }}
-    }}
-"""
-
-
-NGINX_UWSGI_SERVER = """
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            include /etc/nginx/uwsgi_params;
-            uwsgi_param SCRIPT_NAME "";
-            uwsgi_param PATH_INFO $uri;
-            uwsgi_pass unix:{sock};
-            uwsgi_read_timeout {timeout}s;
-            uwsgi_send_timeout {timeout}s;
-        }}
-    }}
+# SCGI and uwsgi: nginx's two modules of the same shape (a connection per request); {mod} is
+# scgi or uwsgi, with its stock params file.
+NGINX_CGI_MODULE_SERVER = """
+    server {{{{
+        listen 127.0.0.1:{{port}};
+        location / {{{{
+            include /etc/nginx/{mod}_params;
+            {mod}_param SCRIPT_NAME "";
+            {mod}_param PATH_INFO $uri;
+            {mod}_pass unix:{{sock}};
+            {mod}_read_timeout {{timeout}}s;
+            {mod}_send_timeout {{timeout}}s;
+        }}}}
+    }}}}
 """
 
 
@@ -107,8 +94,8 @@ NGINX_HTTP_SERVER = """
 """
 
 
-TEMPLATES = {"fcgi": NGINX_FCGI_SERVER, "scgi": NGINX_SCGI_SERVER, "uwsgi": NGINX_UWSGI_SERVER,
-             "http": NGINX_HTTP_SERVER}
+TEMPLATES = {"fcgi": NGINX_FCGI_SERVER, "scgi": NGINX_CGI_MODULE_SERVER.format(mod="scgi"),
+             "uwsgi": NGINX_CGI_MODULE_SERVER.format(mod="uwsgi"), "http": NGINX_HTTP_SERVER}
 
 
 def server_block(n, proto, sock, port, keep, timeout, pool=16):
