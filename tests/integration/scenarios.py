@@ -468,21 +468,23 @@ SEEN = ("PATH_INFO", "QUERY_STRING", "REQUEST_METHOD", "SCRIPT_NAME", "CONTENT_L
 
 def uwsgi_exchanges(front):
     """What the app saw and answered for a set of requests through ``front``: [(request,
-    status, seen)]; the uwsgi tests compare flupfast's with uWSGI's behind the same front."""
+    status, seen)]; the uwsgi tests compare flupfast's with uWSGI's behind the same front.
+    Each request has its own client connection: uWSGI closes without reading an unread body
+    (the kernel resets), and Apache then drops the client's kept-alive connection after a
+    complete answer; that reset is the reference's, not a difference under test."""
     out = []
-    with contextlib.closing(front.client()) as c:
-        for path in ("/environ", "/environ/caf%C3%A9/a%20b?x=1&y=%20", "/app/environ/z?q",
-                     "/bare/environ/w?k=1", latin1_of_utf8("/environ/ü")):
-            resp = c.request("GET", path)
-            env = resp.json() if resp.status == 200 else {}
-            out.append((path, resp.status, {k: env.get(k) for k in SEEN}))
-        resp = c.request("POST", "/environ?post=1", body=b"a=1&b=2",
+    for path in ("/environ", "/environ/caf%C3%A9/a%20b?x=1&y=%20", "/app/environ/z?q",
+                 "/bare/environ/w?k=1", latin1_of_utf8("/environ/ü")):
+        resp = front.request("GET", path)
+        env = resp.json() if resp.status == 200 else {}
+        out.append((path, resp.status, {k: env.get(k) for k in SEEN}))
+    resp = front.request("POST", "/environ?post=1", body=b"a=1&b=2",
                          headers={"Content-Type": "application/x-www-form-urlencoded"})
-        out.append(("POST /environ", resp.status, {k: resp.json().get(k) for k in SEEN}))
-        resp = c.request("GET", "/")
-        out.append(("/", resp.status, resp.body))
-        resp = c.request("GET", "/no-such-route")
-        out.append(("/no-such-route", resp.status, resp.body))
+    out.append(("POST /environ", resp.status, {k: resp.json().get(k) for k in SEEN}))
+    resp = front.request("GET", "/")
+    out.append(("/", resp.status, resp.body))
+    resp = front.request("GET", "/no-such-route")
+    out.append(("/no-such-route", resp.status, resp.body))
     for chunked in (False, True):
         resp = upload(front, "read", MEDIUM, chunked=chunked)
         got = resp.json() if resp.status == 200 else {}
