@@ -4,8 +4,9 @@ mode one record per thread in the process. Each worker writes only its own slot.
 
 A request writes a few integers and bounded copies of its method and URI at its start and end
 (the gateway's request observer), with no system call: the clocks it reads are the vDSO's,
-and the CPU time (a real system call) is read for one request per CPU_SAMPLE_INTERVAL; readers (the status request, the fork parent's tick) copy
-the slots without a lock, as a torn read only shows a stale field. Nothing here knows a
+and the CPU time (a real system call) is read for one request per CPU_SAMPLE_INTERVAL.
+Readers (the status request, the fork parent's tick) copy the slots without a lock, as a
+torn read only shows a stale field. Nothing here knows a
 protocol or renders a page (ops/status.py does).
 """
 import mmap
