@@ -216,7 +216,8 @@ class AccessLog:
         self._lines = []          # formatted lines not written yet, oldest first
         self._size = 0            # about how many bytes they hold (a trigger, not an account)
         self._armed = False       # a flush is on its way (the flusher woke for these lines)
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # set: lines wait for the flusher
+        self._closed = threading.Event()  # set: the flusher writes what is left and ends
         self._write_lock = threading.Lock()  # one batch at a time, in order, on a current fd
         self._flusher = None
 
@@ -258,11 +259,11 @@ class AccessLog:
         self._wake.set()
 
     def _flush_later(self):
-        wake = self._wake
-        while self._flusher is threading.current_thread():
+        wake, closed = self._wake, self._closed
+        while not closed.is_set():
             wake.wait()
             wake.clear()
-            time.sleep(self.flush_delay)
+            closed.wait(self.flush_delay)  # close() cuts the wait short
             # Before the write: a line kept from here on arms the next round itself.
             self._armed = False
             self.flush()
@@ -318,8 +319,11 @@ class AccessLog:
 
     def close(self):
         """Write the kept lines and close the file (later lines go to stderr)."""
-        self._flusher = None  # its loop ends at its next round
+        # The flusher ends; a line logged after this starts another with fresh events.
+        self._closed.set()
         self._wake.set()
+        self._flusher, self._armed = None, False
+        self._wake, self._closed = threading.Event(), threading.Event()
         with self._write_lock:
             self._flush_locked()
             if self._fd != 2:
