@@ -153,3 +153,17 @@ def test_the_request_timeout_exit_writes_the_lines_before(server_factory, tmp_pa
     assert roundtrip(one.address, '/sleep?ms=8000').end is None  # the child ended under it
     assert wait_for(lambda: one.uris() == ['/a', '/b'])
     assert wait_for(lambda: 'ended by the request timeout' in one.server.log())
+
+
+@pytest.mark.parametrize('mode', ['thread', 'fork'])
+def test_a_sighup_reload_writes_the_lines_before_it(server_factory, tmp_path, backend, mode):
+    """SIGHUP executes the command again: the lines the old image kept are written first."""
+    one = Logged(server_factory, tmp_path, backend, NEVER, mode)
+    uris = ['/n%d' % n for n in range(10)]
+    send(one.address, uris)
+    assert one.lines() == []
+    one.server.proc.send_signal(signal.SIGHUP)
+    assert wait_for(lambda: one.server.log().count('serving') == 2)  # the new image listens
+    assert in_order(one, uris), one.lines()
+    send(one.address, ['/after'])  # the new image logs (its flush delay is the default)
+    assert wait_for(lambda: one.uris()[-1:] == ['/after'])
