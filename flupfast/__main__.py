@@ -525,6 +525,7 @@ def _main(argv):
             systemd.notify('RELOADING=1', 'STATUS=reloading',
                            'MONOTONIC_USEC=%d' % (time.monotonic_ns() // 1000))
             log.info('reloading: %s', ' '.join(['python -m flupfast'] + sys.argv[1:]))
+            ops.flush()
             sys.stdout.flush()
             sys.stderr.flush()
             rest = sys.argv[1:] if argv is None else list(argv)

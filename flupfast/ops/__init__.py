@@ -8,15 +8,15 @@ the logs through the gateway's request observer (flupfast.gateway.set_observer).
 knows a protocol or a mode.
 """
 from flupfast import gateway
-from flupfast.ops import proctitle
+from flupfast.ops import access_log, proctitle
 from flupfast.ops.access_log import DEFAULT_FORMAT, AccessLog
 from flupfast.ops.ping import Ping
 from flupfast.ops.request_timeout import RequestTimeout
 from flupfast.ops.slow_log import SlowLog
 
 __all__ = ['DEFAULT_FORMAT', 'AccessLog', 'Observers', 'Ping', 'RequestTimeout', 'SlowLog',
-           'become_worker', 'install', 'on_duty', 'proctitle', 'put_on_duty', 'request_counts',
-           'set_request_timeout']
+           'become_worker', 'flush', 'install', 'on_duty', 'proctitle', 'put_on_duty',
+           'request_counts', 'set_request_timeout']
 
 _active = {}  # 'access', 'slow', 'status', 'timeout', 'title' -> the observer on duty
 # The order they watch in: the timeout's end() first, so a request that ended is no longer one
@@ -56,8 +56,16 @@ def set_request_timeout(seconds, end_process=None):
 
 def become_worker(number):
     """In a new prefork child: the ``worker N`` process title, kept current per request, when
-    titles are on (ops/proctitle.py)."""
+    titles are on (ops/proctitle.py); SIGTERM and SIGQUIT write the access log's kept lines
+    before they end the child."""
     put_on_duty('title', proctitle.become_worker(number))
+    access_log.flush_on_signals()
+
+
+def flush():
+    """Write what the access log keeps (before an exec or an ``os._exit``; a normal exit does
+    it by itself)."""
+    access_log.flush_all()
 
 
 def request_counts():

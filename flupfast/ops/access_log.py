@@ -1,22 +1,40 @@
-"""The access log: one line per request, in gunicorn's ``access_log_format`` language, written
-with one ``write`` to a file opened O_APPEND (so lines from prefork children never interleave)
-or to stderr (``-``).
+"""The access log: one line per request, in gunicorn's ``access_log_format`` language, kept in
+the process and written in batches of whole lines to a file opened O_APPEND or to stderr
+(``-``): at most FLUSH_DELAY late, at once past BUFFER_SIZE, and before a rotation's reopen
+and the process's exit.
 
 A log file renamed or removed by logrotate is noticed within a second (its inode changes) and
 opened again; no signal is needed, so SIGUSR1 keeps flup's meaning (replace the children).
 The format is compiled once: a request computes only the fields the format names.
 """
+import atexit
 import os
 import re
+import select
+import signal
+import stat
+import threading
 import time
+import weakref
 
-__all__ = ['ATOMS', 'DEFAULT_FORMAT', 'AccessLog', 'compile_format']
+__all__ = ['ATOMS', 'BUFFER_SIZE', 'DEFAULT_FORMAT', 'FLUSH_DELAY', 'AccessLog',
+           'compile_format', 'flush_all', 'flush_on_signals']
 
 # gunicorn's default: the Apache/nginx "combined" log format.
 DEFAULT_FORMAT = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 
 # A log file is checked for rotation at most this often (seconds).
 REOPEN_CHECK_INTERVAL = 1.0
+# A line waits at most this long (seconds) in the process before it is written: the lines of a
+# burst go out together, one write() for many requests (a write per request was most of the
+# log's cost in fork mode: bench/README.md, "The access log's cost").
+FLUSH_DELAY = 0.2
+# Lines kept past this many bytes are written at once, without waiting for FLUSH_DELAY.
+BUFFER_SIZE = 32768
+# A pipe (or a terminal, a socket) takes a write of up to PIPE_BUF bytes whole, without another
+# process's write inside it (pipe(7)); bigger batches go to such a target in pieces of whole
+# lines up to that size.
+PIPE_BUF = getattr(select, 'PIPE_BUF', 4096)
 
 _FIELD = re.compile(r'%\(([^)]*)\)s')
 _MONTHS = ('Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec')
@@ -167,18 +185,51 @@ def compile_format(fmt):
 
 
 class AccessLog:
-    """A request observer (flupfast.gateway.set_observer) writing one line per request to
-    ``target``: a path, or ``-`` for stderr."""
+    """A request observer (flupfast.gateway.set_observer) logging one line per request to
+    ``target``: a path, or ``-`` for stderr.
 
-    def __init__(self, target, fmt=DEFAULT_FORMAT):
+    A request only appends its line to the process's list; a daemon thread of the process
+    (started by its first line, so each prefork child has its own) writes what is there
+    FLUSH_DELAY after the first line of a batch, a request that finds BUFFER_SIZE bytes waiting
+    writes them itself, and ``flush`` (a rotation, ``close``, the process's exit: flush_all
+    and flush_on_signals) writes them at once. Lines leave in the order they were logged, each
+    write holds whole lines only: to a regular file (O_APPEND, one write per batch) Linux writes
+    each write() whole at the end of the file under the file's lock, so children's batches never
+    interleave inside a line; to a pipe, a terminal or a socket a batch goes in writes of whole
+    lines of at most PIPE_BUF bytes, which a pipe keeps whole."""
+
+    def __init__(self, target, fmt=DEFAULT_FORMAT, flush_delay=None, buffer_size=None):
         self.target = target
         self.format_line = compile_format(fmt)
+        self.flush_delay = FLUSH_DELAY if flush_delay is None else flush_delay
+        self.buffer_size = BUFFER_SIZE if buffer_size is None else buffer_size
         self._fd = 2 if target == '-' else self._open()
+        self._whole = self._takes_whole_batches()
         # When to look for a rotated file next (never for stderr).
         self._next_check = float('inf') if target == '-' else time.time() + REOPEN_CHECK_INTERVAL
+        self._after_fork()
+        _logs.add(self)
+
+    def _after_fork(self):
+        """A fresh process's state: no lines yet (a forked child's copies of its parent's are
+        the parent's to write), no flusher thread, locks no other thread holds."""
+        self._lines = []          # formatted lines not written yet, oldest first
+        self._size = 0            # about how many bytes they hold (a trigger, not an account)
+        self._armed = False       # a flush is on its way (the flusher woke for these lines)
+        self._wake = threading.Event()  # set: lines wait for the flusher
+        self._closed = threading.Event()  # set: the flusher writes what is left and ends
+        self._write_lock = threading.Lock()  # one batch at a time, in order, on a current fd
+        self._flusher = None
 
     def _open(self):
         return os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def _takes_whole_batches(self):
+        """A regular file takes a batch in one write; anything else gets PIPE_BUF pieces."""
+        try:
+            return stat.S_ISREG(os.fstat(self._fd).st_mode)
+        except OSError:
+            return False
 
     def begin(self, environ):
         return environ, time.time()
@@ -191,10 +242,67 @@ class AccessLog:
         if start >= self._next_check:  # the request's start: one clock read per request
             self._next_check = time.time() + REOPEN_CHECK_INTERVAL
             self._reopen_if_rotated()
+        self._lines.append(line)  # one C call: atomic under the GIL, the list is never replaced
+        self._size += len(line)
+        if self._size >= self.buffer_size:
+            self.flush()
+        elif not self._armed:
+            self._arm()
+
+    def _arm(self):
+        """Have the flusher write the lines kept now within flush_delay."""
+        self._armed = True
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_later, daemon=True,
+                                             name='flupfast-access-log')
+            self._flusher.start()
+        self._wake.set()
+
+    def _flush_later(self):
+        wake, closed = self._wake, self._closed
+        while not closed.is_set():
+            wake.wait()
+            wake.clear()
+            closed.wait(self.flush_delay)  # close() cuts the wait short
+            # Before the write: a line kept from here on arms the next round itself.
+            self._armed = False
+            self.flush()
+
+    def flush(self, timeout=-1):
+        """Write the lines kept so far (in order, whole). ``timeout``: how long to wait for a
+        write under way in another thread (-1: as long as it takes); False if it was not
+        waited for."""
+        if not self._write_lock.acquire(timeout=timeout):
+            return False
         try:
-            os.write(self._fd, line)
+            self._flush_locked()
+            return True
+        finally:
+            self._write_lock.release()
+
+    def _flush_locked(self):
+        lines = self._lines
+        count = len(lines)
+        if count:
+            data = b''.join(lines[:count])
+            del lines[:count]  # lines appended meanwhile stay, after these
+            self._size = max(0, self._size - len(data))
+            self._write(data)
+
+    def _write(self, data):
+        view = memoryview(data)
+        start, end = 0, len(data)
+        try:
+            while start < end:
+                stop = end
+                if not self._whole and end - start > PIPE_BUF:
+                    # The last whole line within PIPE_BUF (a longer line goes alone).
+                    cut = data.rfind(b'\n', start, start + PIPE_BUF)
+                    stop = cut + 1 if cut >= 0 else data.find(b'\n', start + PIPE_BUF) + 1 or end
+                while start < stop:  # a short write (a signal, a full disk): the rest after it
+                    start += os.write(self._fd, view[start:stop])
         except OSError:
-            pass  # a full disk must not fail the request; the line is lost
+            pass  # a full disk or a closed stderr must not fail requests; these lines are lost
 
     def _reopen_if_rotated(self):
         try:
@@ -204,10 +312,60 @@ class AccessLog:
                 return
         except FileNotFoundError:
             pass  # removed: open it anew
-        old, self._fd = self._fd, self._open()
-        os.close(old)
+        with self._write_lock:
+            self._flush_locked()  # the lines before the rotation go to the rotated file
+            old, self._fd = self._fd, self._open()
+            os.close(old)
 
     def close(self):
-        if self._fd != 2:
-            os.close(self._fd)
-            self._fd = 2
+        """Write the kept lines and close the file (later lines go to stderr)."""
+        # The flusher ends; a line logged after this starts another with fresh events.
+        self._closed.set()
+        self._wake.set()
+        self._flusher, self._armed = None, False
+        self._wake, self._closed = threading.Event(), threading.Event()
+        with self._write_lock:
+            self._flush_locked()
+            if self._fd != 2:
+                os.close(self._fd)
+                self._fd = 2
+                self._whole = self._takes_whole_batches()
+        _logs.discard(self)
+
+
+# Every open access log of this process: what flush_all writes out.
+_logs = weakref.WeakSet()
+
+
+def flush_all(timeout=1.0):
+    """Write every access log's kept lines now: before the process exits or execs (a reload).
+    ``timeout`` bounds the wait for a write under way in another thread."""
+    for log in list(_logs):
+        log.flush(timeout)
+
+
+def _after_fork_in_child():
+    for log in list(_logs):
+        log._after_fork()
+
+
+atexit.register(flush_all)  # sys.exit, and a prefork child's end (it leaves by SystemExit)
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _flush_and_die(signum, frame):
+    """SIGTERM/SIGQUIT at their default action: the kept lines are written first."""
+    flush_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def flush_on_signals(signals=('SIGTERM', 'SIGQUIT')):
+    """In a prefork child: the signals whose default action ends the process write the kept
+    lines first, then end it as before (an app's own handler is left alone)."""
+    if not _logs:
+        return
+    for name in signals:
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, _flush_and_die)

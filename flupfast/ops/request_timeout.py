@@ -8,6 +8,7 @@ import threading
 
 from flupfast.deadline import (
     RequestTerminated, cancel_interrupt, install_wake_handler, interrupt_thread)
+from flupfast.ops.access_log import flush_all
 from flupfast.ops.request_watch import RequestWatch
 
 __all__ = ['RequestTimeout']
@@ -43,6 +44,7 @@ class RequestTimeout(RequestWatch):
             self.terminated_requests += 1
             logger.error('%s', self.describe('request timeout, ending it', entry, frame, now))
             if self.end_process is not None:
+                flush_all()  # the process ends without its atexit handlers
                 self.end_process()
             else:
                 interrupt_thread(entry[0], RequestTerminated)

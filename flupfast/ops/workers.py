@@ -3,8 +3,10 @@ mode fixed-size records in memory shared by the parent and its children, in thre
 mode one record per thread in the process. Each worker writes only its own slot.
 
 A request writes a few integers and bounded copies of its method and URI at its start and end
-(the gateway's request observer); readers (the status request, the fork parent's tick) copy
-the slots without a lock, as a torn read only shows a stale field. Nothing here knows a
+(the gateway's request observer), with no system call: the clocks it reads are the vDSO's,
+and the CPU time (a real system call) is read for one request per CPU_SAMPLE_INTERVAL.
+Readers (the status request, the fork parent's tick) copy the slots without a lock, as a
+torn read only shows a stale field. Nothing here knows a
 protocol or renders a page (ops/status.py does).
 """
 import mmap
@@ -36,8 +38,9 @@ SCRIPT_BYTES = 256     # SCRIPT_FILENAME
 #   0  pid, process start (epoch seconds)                  the child, once
 #   16 state, request start (monotonic), content length,
 #      method, uri, user, script (struct's 's' cuts them)  the child, at request start
-#   END: requests, duration, cpu seconds (of the last)     the child, at request end (then
-#                                                          the state byte alone)
+#   END: requests, duration (of the last), cpu seconds     the child, at request end (then
+#        and duration of the last request whose cpu was   the state byte alone)
+#        read (CPU_SAMPLE_INTERVAL)
 #   SLOW: slow requests                                    the child's slow log watcher
 # A request pays for one pack of each of the two middle parts; what can be worked out when
 # the page is read (percentages, memory) is.
@@ -46,7 +49,8 @@ _STATE_AT = _PROCESS.size
 _BEGIN = struct.Struct('=B7xdq%ds%ds%ds%ds' % (METHOD_BYTES, URI_BYTES, USER_BYTES,
                                                SCRIPT_BYTES))
 _END_AT = _STATE_AT + _BEGIN.size
-_END = struct.Struct('=Qdd')
+_END = struct.Struct('=Qddd')
+_END_COUNT = struct.Struct('=Qd')  # a request whose cpu was not read: the count and duration
 _SLOW_AT = _END_AT + _END.size
 _SLOW = struct.Struct('=Q')
 SLOT_SIZE = (_SLOW_AT + _SLOW.size + 63) & ~63
@@ -79,6 +83,11 @@ def listen_queue(sock):
         return 0, 0
     return _TCP_INFO_QUEUE.unpack_from(info, _TCP_INFO_QUEUE_AT)
 
+
+# The CPU time is a system call (no vDSO clock gives it): read at the start and end of one
+# request per this many seconds (every request when they come further apart); "last request
+# cpu" is that request's, at most this much older than the last request.
+CPU_SAMPLE_INTERVAL = 0.05
 
 _monotonic = time.monotonic
 _process_time = time.process_time
@@ -157,6 +166,7 @@ class _Board:
 
 _pack_begin = _BEGIN.pack_into
 _pack_end = _END.pack_into
+_pack_count = _END_COUNT.pack_into
 
 
 class PreforkWorkers(_Board):
@@ -173,6 +183,7 @@ class PreforkWorkers(_Board):
         self._offset = None     # in a child: its slot's offset
         self._requests = 0      # in a child: requests it has ended
         self._started = 0.0     # in a child: its request's start (monotonic)
+        self._next_cpu = 0.0    # in a child: when a request's cpu is read next (monotonic)
         self._reached = False   # the parent's "at max children" episode flag
 
     # -- the parent ----------------------------------------------------------------------
@@ -237,6 +248,9 @@ class PreforkWorkers(_Board):
                     (get('REQUEST_URI') or _request_uri(environ)).encode(),
                     (get('REMOTE_USER') or '').encode(),
                     (get('SCRIPT_FILENAME') or '').encode())
+        if started < self._next_cpu:
+            return None
+        self._next_cpu = started + CPU_SAMPLE_INTERVAL
         return _process_time()
 
     def end(self, cpu_start, response, failed):
@@ -245,8 +259,12 @@ class PreforkWorkers(_Board):
             return
         memory = self.memory
         self._requests += 1
-        _pack_end(memory, offset + _END_AT, self._requests, _monotonic() - self._started,
-                  _process_time() - cpu_start)
+        duration = _monotonic() - self._started
+        if cpu_start is None:
+            _pack_count(memory, offset + _END_AT, self._requests, duration)
+        else:
+            _pack_end(memory, offset + _END_AT, self._requests, duration,
+                      _process_time() - cpu_start, duration)
         memory[offset + _STATE_AT] = _IDLE
 
     def on_slow(self, count):
@@ -271,10 +289,11 @@ class PreforkWorkers(_Board):
                 continue
             pid, started = _PROCESS.unpack_from(memory, offset)
             begin = _BEGIN.unpack_from(memory, offset + _STATE_AT)[1:]
-            requests, duration, cpu = _END.unpack_from(memory, offset + _END_AT)
+            requests, duration, cpu, cpu_duration = _END.unpack_from(memory, offset + _END_AT)
             counters.slow += _SLOW.unpack_from(memory, offset + _SLOW_AT)[0]
             counters.accepted += requests
-            entry = _entry(pid, state, started, now, mono, begin, requests, duration, cpu,
+            entry = _entry(pid, state, started, now, mono, begin, requests, duration,
+                           _cpu_percent(cpu, cpu_duration),
                            peak_memory(pid) if pid and state != _RUNNING else 0)
             if state == _RUNNING:
                 counters.accepted += 1  # counted when accepted, as PHP-FPM
@@ -288,7 +307,7 @@ class PreforkWorkers(_Board):
         return counters
 
 
-def _entry(pid, state, started, now, mono, begin, requests, duration, cpu, memory):
+def _entry(pid, state, started, now, mono, begin, requests, duration, cpu_percent, memory):
     """One process entry in PHP-FPM's order and units: a running request's duration so far,
     an idle worker's last request's (microseconds); the last request's cpu (percent of one
     CPU) and memory (bytes), 0 while one runs."""
@@ -306,7 +325,7 @@ def _entry(pid, state, started, now, mono, begin, requests, duration, cpu, memor
         'content length': length,
         'user': _decode(user) or '-',
         'script': _decode(script) or '-',
-        'last request cpu': 0.0 if running else _cpu_percent(cpu, duration),
+        'last request cpu': 0.0 if running else cpu_percent,
         'last request memory': 0 if running else memory,
     }
 
@@ -314,14 +333,14 @@ def _entry(pid, state, started, now, mono, begin, requests, duration, cpu, memor
 class _ThreadSlot:
     """One thread's record (thread and single mode); only its thread writes it."""
     __slots__ = ('thread', 'started', 'state', 'requests', 'accepted', 'request',
-                 'duration', 'cpu')
+                 'duration', 'cpu', 'cpu_duration', 'next_cpu')
 
     def __init__(self, thread, started):
         self.thread = thread
         self.started = started
         self.state = _IDLE
         self.requests = 0
-        self.accepted = self.duration = self.cpu = 0.0
+        self.accepted = self.duration = self.cpu = self.cpu_duration = self.next_cpu = 0.0
         self.request = (None, None, None, None, None)  # method, uri, length, user, script
 
 
@@ -365,14 +384,19 @@ class ThreadWorkers(_Board):
         # The strings themselves (immutable), cut to size when the page is read.
         slot.request = (get('REQUEST_METHOD'), get('REQUEST_URI') or _request_uri(environ),
                         get('CONTENT_LENGTH'), get('REMOTE_USER'), get('SCRIPT_FILENAME'))
-        slot.accepted = _monotonic()
+        slot.accepted = accepted = _monotonic()
         slot.state = _RUNNING
+        if accepted < slot.next_cpu:
+            return None
+        slot.next_cpu = accepted + CPU_SAMPLE_INTERVAL
         return _thread_time()
 
     def end(self, cpu_start, response, failed):
         slot = self._local.slot
-        slot.duration = _monotonic() - slot.accepted
-        slot.cpu = _thread_time() - cpu_start
+        slot.duration = duration = _monotonic() - slot.accepted
+        if cpu_start is not None:
+            slot.cpu = _thread_time() - cpu_start
+            slot.cpu_duration = duration
         slot.requests += 1
         slot.state = _IDLE
 
@@ -448,7 +472,7 @@ class ThreadWorkers(_Board):
             # A thread's "pid" is its kernel id (the TID ``ps -L`` and ``top -H`` show).
             counters.processes.append(_entry(
                 thread.native_id or 0, slot.state, slot.started, now, mono, begin,
-                slot.requests, slot.duration, slot.cpu,
+                slot.requests, slot.duration, _cpu_percent(slot.cpu, slot.cpu_duration),
                 0 if slot.state == _RUNNING else peak_memory(os.getpid())))
         counters.slow = self.slow_log.slow_requests if self.slow_log is not None else 0
         counters.max_active = max(self._max_active, counters.active)

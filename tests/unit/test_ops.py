@@ -104,6 +104,7 @@ def test_a_rotated_log_is_opened_anew(tmp_path, monkeypatch):
     run(hello, log)
     os.rename(path, tmp_path / 'a.log.1')
     run(hello, log)  # logrotate moved it: this line goes to a new a.log
+    log.flush()
     assert path.read_text() == '201\n'
     path.unlink()
     run(hello, log)  # removed: created again

@@ -331,3 +331,58 @@ def test_every_facade_takes_status_path(name):
     finally:
         if hasattr(plain, 'shutdown'):
             plain.shutdown()
+
+
+class _Clocks:
+    """workers' clocks, faked: ``mono`` moves 1 ms per request's start and 1 ms to its end;
+    the CPU clock (the one that is a system call) counts its reads and gives 0.5 ms per
+    request."""
+
+    def __init__(self, monkeypatch):
+        from flupfast.ops import workers
+        self.mono = 100.0
+        self.cpu = 0.0
+        self.cpu_reads = 0
+        monkeypatch.setattr(workers, '_monotonic', lambda: self.mono)
+        monkeypatch.setattr(workers, '_process_time', self.read_cpu)
+        monkeypatch.setattr(workers, '_thread_time', self.read_cpu)
+
+    def read_cpu(self):
+        self.cpu_reads += 1
+        return self.cpu
+
+    def request(self, board, cpu_ms=0.5, ms=1.0):
+        token = board.begin(ENVIRON)
+        self.mono += ms / 1000.0
+        self.cpu += cpu_ms / 1000.0
+        board.end(token, None, False)
+        self.mono += 0.001  # to the next request's start
+
+
+@pytest.mark.parametrize('mode', ['fork', 'thread'])
+def test_the_cpu_time_is_read_for_one_request_per_interval(monkeypatch, mode):
+    from flupfast.ops.workers import CPU_SAMPLE_INTERVAL
+    clocks = _Clocks(monkeypatch)
+    if mode == 'fork':
+        board = PreforkWorkers(max_children=1, min_spare=1)
+        board.prepare(0)
+        board.attach(0)
+    else:
+        board = ThreadWorkers(None, 1, 'static')
+    requests = 500  # 2 ms each: 1 s
+    for _ in range(requests):
+        clocks.request(board)
+    measured = int(requests * 0.002 / CPU_SAMPLE_INTERVAL) + 1
+    assert clocks.cpu_reads <= 2 * measured < requests / 10  # not two per request
+    # The counts and durations are every request's; the cpu is the last measured one's.
+    clocks.mono += CPU_SAMPLE_INTERVAL
+    clocks.request(board)  # measured: 0.5 ms of 1 ms
+    clocks.request(board, cpu_ms=0.25, ms=5.0)  # not measured (within the interval)
+    (entry,) = board.snapshot().processes
+    assert entry['requests'] == requests + 2 and abs(entry['request duration'] - 5000) <= 1
+    assert entry['last request cpu'] == pytest.approx(50.0)  # 0.5 ms of 1 ms
+    clocks.mono += CPU_SAMPLE_INTERVAL  # long after: the next request is measured
+    clocks.request(board, cpu_ms=0.25, ms=1.0)
+    (entry,) = board.snapshot().processes
+    assert entry['last request cpu'] == pytest.approx(25.0)
+    assert entry['requests'] == requests + 3 and abs(entry['request duration'] - 1000) <= 1
