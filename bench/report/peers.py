@@ -60,6 +60,10 @@ def _ours(front):
     return lambda r: r["peer"].startswith("flupfast") and r["front"] == front
 
 
+def _ours_uwsgi(r):
+    return r["peer"].startswith("flupfast-uwsgi") and r["front"] == "nginx"
+
+
 def _theirs(fronts, prefix):
     return lambda r: r["front"] in fronts and r["peer"].startswith(prefix)
 
@@ -70,6 +74,10 @@ PICKS = (
     ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
     ("nginx", "echo71k", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
     ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "uwsgi-http"), "uWSGI --http-socket"),
+    ("nginx uwsgi_pass", "hello", _ours_uwsgi, _theirs(NGINX, "gunicorn-uwsgi"),
+     "gunicorn --protocol uwsgi"),
+    ("nginx uwsgi_pass", "hello", _ours_uwsgi, _theirs(NGINX, "uwsgi-uwsgi"),
+     "uWSGI --uwsgi-socket"),
     ("Apache", "hello", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
     ("Apache", "echo71k", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
     ("Apache", "c1", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),

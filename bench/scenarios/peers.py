@@ -19,14 +19,15 @@ from bench.servers.peers import PEERS
 
 ECHO_SIZE = 71453   # seed 001's POST body
 
-# (front, peer) rows per app; the uwsgi protocol's row (nginx uwsgi_pass) waits for flupfast's
-# uwsgi protocol (not yet written)
+# (front, peer) rows per app
 HELLO_ROWS = (
     ("nginx", "flupfast-fcgi-fork"), ("nginx", "flupfast-fcgi-thread"),
     ("nginx", "flup-fcgi-fork"),
     ("nginx", "gunicorn-sync"), ("nginx-keepalive", "gunicorn-sync"),
     ("nginx", "gunicorn-gthread"), ("nginx-keepalive", "gunicorn-gthread"),
     ("nginx", "uwsgi-http"), ("nginx-keepalive", "uwsgi-http"),
+    ("nginx", "flupfast-uwsgi-fork"), ("nginx", "flupfast-uwsgi-thread"),
+    ("nginx", "gunicorn-uwsgi"), ("nginx", "uwsgi-uwsgi"),
     ("apache", "flupfast-fcgi-fork"), ("apache", "flupfast-fcgi-thread"),
     ("apache", "flup-fcgi-fork"), ("apache", "modwsgi"),
     ("apache", "gunicorn-sync"), ("apache", "gunicorn-gthread"),

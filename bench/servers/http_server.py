@@ -38,8 +38,9 @@ class HTTPServer(Server):
     whose www-data workers cannot connect to root's sockets). ``settings`` (workers,
     threads...) are shown beside its figures."""
 
-    def __init__(self, kind, app, workdir, settings, tcp=False, env_extra=None):
-        super().__init__(kind, "http", app, workdir, env_extra=env_extra, protocol="http",
+    def __init__(self, kind, app, workdir, settings, tcp=False, env_extra=None,
+                 protocol="http"):
+        super().__init__(kind, "http", app, workdir, env_extra=env_extra, protocol=protocol,
                          tcp=tcp)
         self.settings = dict(settings)
 
@@ -47,6 +48,8 @@ class HTTPServer(Server):
         return "127.0.0.1:%d" % self.port if self.port else unix_prefix + self.sock_path
 
     def hello_problem(self, client, timeout):
+        if self.protocol != "http":   # gunicorn --protocol uwsgi: the load client's hello
+            return super().hello_problem(client, timeout)
         try:
             status = http_hello(self.address, timeout)
         except OSError as exc:

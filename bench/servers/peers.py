@@ -53,6 +53,10 @@ PEERS = {p.key: p for p in (
           {"worker_class": "gthread", "workers": 1, "threads": 16},
           {"worker_class": "gthread", "workers": 4, "threads": 4},
           {"worker_class": "gthread", "workers": 5, "threads": 2})),
+    # gunicorn 24+ speaks the uwsgi protocol (--protocol uwsgi): nginx uwsgi_pass to it
+    Peer("gunicorn-uwsgi", "gunicorn sync --protocol uwsgi", "gunicorn", "uwsgi", "",
+         ({"worker_class": "sync", "workers": 5}, {"worker_class": "sync", "workers": 2},
+          {"worker_class": "sync", "workers": 8}, {"worker_class": "sync", "workers": 16})),
     Peer("modwsgi", "mod_wsgi daemon", "modwsgi", "wsgi", "",
          ({"processes": 2, "threads": 8}, {"processes": 1, "threads": 16},
           {"processes": 4, "threads": 4}, {"processes": 8, "threads": 2})),
@@ -95,7 +99,8 @@ def make_server(peer, settings, app, workdir, tcp, uwsgi_binary=None, kind="comp
         return UWSGIHTTPServer("uwsgi", app, workdir, settings, tcp=tcp, env_extra=env,
                                binary=uwsgi_binary)
     if fam == "gunicorn":
-        return GunicornServer("gunicorn", app, workdir, settings, tcp=tcp, env_extra=env)
+        return GunicornServer("gunicorn", app, workdir, settings, tcp=tcp, env_extra=env,
+                              protocol=peer.protocol)
     if fam == "modwsgi":
         return ModWsgiDaemon(app, settings)
     raise ValueError("unknown peer family %r" % fam)

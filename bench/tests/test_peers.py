@@ -113,6 +113,13 @@ def test_make_server_settings_become_options():
     guni = peers.make_server(peers.PEERS["gunicorn-gthread"], peers.PEERS[
         "gunicorn-gthread"].candidates[0], "bench.apps:app", "/tmp", tcp=True)
     assert guni.command()[guni.command().index("--bind") + 1] == "127.0.0.1:%d" % guni.port
+    assert "--protocol" not in guni.command() and guni.protocol == "http"
+    # gunicorn behind nginx uwsgi_pass: its uwsgi protocol, and the hello check speaks it too
+    over = peers.make_server(peers.PEERS["gunicorn-uwsgi"], {"workers": 2}, "bench.apps:app",
+                             "/tmp", tcp=False)
+    cmd = over.command()
+    assert cmd[cmd.index("--protocol") + 1] == "uwsgi" and over.protocol == "uwsgi"
+    assert cmd[cmd.index("--bind") + 1] == "unix:" + over.sock_path
 
 
 def test_every_peer_has_settings_and_a_server():
