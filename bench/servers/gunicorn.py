@@ -1,6 +1,7 @@
 """gunicorn (the current release from PyPI) as a server under test: its command line, sync or
 gthread workers, the counts the sweep tries (bench/servers/peers.py). Behind nginx
-``proxy_pass`` (or ``uwsgi_pass``: ``--protocol uwsgi``) or Apache mod_proxy_http; start and stop are servers.server's."""
+``proxy_pass`` (or ``uwsgi_pass``: ``--protocol uwsgi``) or Apache mod_proxy_http; start and
+stop are servers.server's."""
 import importlib.util
 import sys
 
