@@ -4,11 +4,13 @@
 # What it does in C, without the GIL: the followers' wait for the leader lock, the leader's
 # epoll_wait on the listening socket and the wakeup pipe, and accept4(SOCK_CLOEXEC). Only a
 # thread that got a connection (or a wakeup) takes the GIL, so promoting a follower costs no
-# GIL hand-off. Uses prefork.pxi's epoll declarations (included before this file).
+# GIL hand-off. When no leader waits (every other worker busy, as under load), the worker that
+# comes back first tries accept4 while holding the GIL: a connection already there then costs
+# no GIL release at all. Uses prefork.pxi's epoll declarations (included before this file).
 
 from cpython.pythread cimport (
     PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
-    PyThread_release_lock, WAIT_LOCK)
+    PyThread_release_lock, NOWAIT_LOCK, WAIT_LOCK)
 
 cdef extern from *:
     """
@@ -83,40 +85,52 @@ cdef class Leader:
     def lead(self):
         cdef int fd = -1, err = 0, n, i, epfd = self._epfd, listen_fd = self._listen_fd
         cdef int wake_r = self._wake[0]
-        cdef bint woken = False, listener
+        cdef bint woken = False, listener, locked = False
         cdef epoll_event events[2]
         cdef char byte
         self._users += 1
         try:
-            with nogil:
-                PyThread_acquire_lock(self._lock, WAIT_LOCK)
-                while not self.closed:
-                    n = epoll_wait(epfd, events, 2, -1)
-                    if n < 0:
-                        if errno == EINTR:
+            # No leader waits (every other worker is busy, as under load): accept while
+            # holding the GIL; a connection that is there already costs no GIL hand-off.
+            if not self.closed and PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
+                locked = True
+                fd = flupfast_accept_cloexec(listen_fd)
+                if fd < 0 and not (errno == EAGAIN or errno == EWOULDBLOCK or errno == EINTR
+                                   or errno == ECONNABORTED):
+                    err = errno
+                if fd >= 0 or err:
+                    PyThread_release_lock(self._lock)
+            if fd < 0 and not err:
+                with nogil:
+                    if not locked:
+                        PyThread_acquire_lock(self._lock, WAIT_LOCK)
+                    while not self.closed:
+                        n = epoll_wait(epfd, events, 2, -1)
+                        if n < 0:
+                            if errno == EINTR:
+                                continue
+                            err = errno
+                            break
+                        listener = False
+                        for i in range(n):
+                            if events[i].data.fd == wake_r:
+                                if c_read(wake_r, &byte, 1) == 1:  # one wakeup for one wait
+                                    woken = True
+                            else:
+                                listener = True
+                        if woken:
+                            break
+                        if not listener or self.closed:
                             continue
+                        fd = flupfast_accept_cloexec(listen_fd)
+                        if fd >= 0:
+                            break
+                        if errno == EAGAIN or errno == EWOULDBLOCK or errno == EINTR \
+                                or errno == ECONNABORTED:
+                            continue  # another thread took it
                         err = errno
                         break
-                    listener = False
-                    for i in range(n):
-                        if events[i].data.fd == wake_r:
-                            if c_read(wake_r, &byte, 1) == 1:  # one wakeup for one wait
-                                woken = True
-                        else:
-                            listener = True
-                    if woken:
-                        break
-                    if not listener or self.closed:
-                        continue
-                    fd = flupfast_accept_cloexec(listen_fd)
-                    if fd >= 0:
-                        break
-                    if errno == EAGAIN or errno == EWOULDBLOCK or errno == EINTR \
-                            or errno == ECONNABORTED:
-                        continue  # another thread took it
-                    err = errno
-                    break
-                PyThread_release_lock(self._lock)  # the next leader (a follower) goes on
+                    PyThread_release_lock(self._lock)  # the next leader (a follower) goes on
             if err:
                 import os
                 raise OSError(err, os.strerror(err))
