@@ -1,16 +1,18 @@
 # The threaded mode's leader/follower accept, compiled twin of flupfast/serving/leader.py
 # (same class name, same methods, same behaviour).
 #
-# What it does in C, without the GIL: the followers' wait for the leader lock, the leader's
-# epoll_wait on the listening socket and the wakeup pipe, and accept4(SOCK_CLOEXEC). Only a
-# thread that got a connection (or a wakeup) takes the GIL, so promoting a follower costs no
-# GIL hand-off. When no leader waits (every other worker busy, as under load), the worker that
-# comes back first tries accept4 while holding the GIL: a connection already there then costs
-# no GIL release at all. Uses prefork.pxi's epoll declarations (included before this file).
+# What it does in C, without the GIL: the idle workers' wait (epoll_wait on the listening
+# socket and the wakeup pipe) and accept4(SOCK_CLOEXEC). Only a thread that got a connection
+# (or a wakeup) takes the GIL. Where the kernel has EPOLLEXCLUSIVE (Linux 4.5+), every waiting
+# worker has its own epoll set with the listener and the wakeup pipe added exclusive: the
+# kernel wakes one waiting worker per connection, and no leader lock is passed from thread to
+# thread (that hand-off was two futex calls and a thread wake-up per request: perf stat in
+# bench/profile-new-connection.md). Elsewhere one leader lock serialises the waits on one
+# set, as the pure twin does. Uses prefork.pxi's epoll declarations (included before).
 
 from cpython.pythread cimport (
     PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
-    PyThread_release_lock, NOWAIT_LOCK, WAIT_LOCK)
+    PyThread_release_lock, PyThread_get_thread_ident, WAIT_LOCK)
 
 cdef extern from *:
     """
@@ -45,8 +47,10 @@ from libc.errno cimport ECONNABORTED
 cdef class Leader:
     """Leader/follower accept on ``listen_sock`` (non-blocking; see the pure twin)."""
 
-    cdef PyThread_type_lock _lock
-    cdef int _epfd
+    cdef PyThread_type_lock _lock  # only without EPOLLEXCLUSIVE: one waiting leader at a time
+    cdef bint _exclusive
+    cdef int _epfd                 # the shared set (without EPOLLEXCLUSIVE)
+    cdef dict _epolls              # thread ident -> its own set (with EPOLLEXCLUSIVE)
     cdef int _listen_fd
     cdef object _sock
     cdef object _socket_class
@@ -54,6 +58,7 @@ cdef class Leader:
     cdef bint _unix
     cdef Py_ssize_t _users
     cdef object _wake
+    cdef object _stop              # readable once closed, never drained: wakes every wait
     cdef public bint closed
 
     def __cinit__(self, listen_sock):
@@ -71,65 +76,92 @@ cdef class Leader:
         self._unix = self._family == socket.AF_UNIX
         self._listen_fd = listen_sock.fileno()
         self._users = 0
+        self._epolls = {}
         self.closed = False
         self._lock = PyThread_allocate_lock()
         if self._lock == NULL:
             raise MemoryError()
         self._wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._epfd = epoll_create1(EPOLL_CLOEXEC)
-        if self._epfd < 0:
+        self._stop = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._exclusive = EPOLLEXCLUSIVE != 0
+        self._epfd = self._new_set()  # the shared one; its first add says if EXCLUSIVE works
+
+    cdef int _new_set(self) except -1:
+        """A new epoll set: the listener and the wakeup pipe (exclusive where supported), the
+        stop pipe (never exclusive: a stop wakes every waiting worker)."""
+        cdef int epfd = epoll_create1(EPOLL_CLOEXEC)
+        cdef epoll_event ev
+        if epfd < 0:
             PyErr_SetFromErrno(OSError)
-        _epoll_add(self._epfd, self._listen_fd, EPOLLIN)
-        _epoll_add(self._epfd, self._wake[0], EPOLLIN)
+        try:
+            for fd in (self._listen_fd, self._wake[0]):
+                ev.events = EPOLLIN | (EPOLLEXCLUSIVE if self._exclusive else 0)
+                ev.data.fd = fd
+                if epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0:
+                    if not (self._exclusive and errno == EINVAL):
+                        PyErr_SetFromErrno(OSError)
+                    # Before Linux 4.5: no EPOLLEXCLUSIVE; one shared set and the lock.
+                    self._exclusive = False
+                    ev.events = EPOLLIN
+                    if epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0:
+                        PyErr_SetFromErrno(OSError)
+            _epoll_add(epfd, self._stop[0], EPOLLIN)
+        except BaseException:
+            c_close(epfd)
+            raise
+        return epfd
+
+    cdef int _thread_set(self) except -1:
+        """The calling thread's own set (EPOLLEXCLUSIVE), made on its first lead(); a set
+        nobody waits on takes no wakeup from those who wait (the kernel passes it on)."""
+        cdef long ident = PyThread_get_thread_ident()
+        epfd = self._epolls.get(ident)
+        if epfd is None:
+            epfd = self._epolls[ident] = self._new_set()
+        return epfd
 
     def lead(self):
-        cdef int fd = -1, err = 0, n, i, epfd = self._epfd, listen_fd = self._listen_fd
+        cdef int fd = -1, err = 0, n, i, epfd, listen_fd = self._listen_fd
         cdef int wake_r = self._wake[0]
-        cdef bint woken = False, listener, locked = False
-        cdef epoll_event events[2]
+        cdef bint woken = False, listener, exclusive
+        cdef epoll_event events[3]
         cdef char byte
+        if self.closed:
+            return None
         self._users += 1
         try:
-            # No leader waits (every other worker is busy, as under load): accept while
-            # holding the GIL; a connection that is there already costs no GIL hand-off.
-            if not self.closed and PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
-                locked = True
-                fd = flupfast_accept_cloexec(listen_fd)
-                if fd < 0 and not (errno == EAGAIN or errno == EWOULDBLOCK or errno == EINTR
-                                   or errno == ECONNABORTED):
-                    err = errno
-                if fd >= 0 or err:
-                    PyThread_release_lock(self._lock)
-            if fd < 0 and not err:
-                with nogil:
-                    if not locked:
-                        PyThread_acquire_lock(self._lock, WAIT_LOCK)
-                    while not self.closed:
-                        n = epoll_wait(epfd, events, 2, -1)
-                        if n < 0:
-                            if errno == EINTR:
-                                continue
-                            err = errno
-                            break
-                        listener = False
-                        for i in range(n):
-                            if events[i].data.fd == wake_r:
-                                if c_read(wake_r, &byte, 1) == 1:  # one wakeup for one wait
-                                    woken = True
-                            else:
-                                listener = True
-                        if woken:
-                            break
-                        if not listener or self.closed:
+            exclusive = self._exclusive
+            epfd = self._thread_set() if exclusive else self._epfd
+            with nogil:
+                if not exclusive:
+                    PyThread_acquire_lock(self._lock, WAIT_LOCK)
+                while not self.closed:
+                    n = epoll_wait(epfd, events, 3, -1)
+                    if n < 0:
+                        if errno == EINTR:
                             continue
-                        fd = flupfast_accept_cloexec(listen_fd)
-                        if fd >= 0:
-                            break
-                        if errno == EAGAIN or errno == EWOULDBLOCK or errno == EINTR \
-                                or errno == ECONNABORTED:
-                            continue  # another thread took it
                         err = errno
                         break
+                    listener = False
+                    for i in range(n):
+                        if events[i].data.fd == wake_r:
+                            if c_read(wake_r, &byte, 1) == 1:  # one wakeup for one wait
+                                woken = True
+                        elif events[i].data.fd == listen_fd:
+                            listener = True
+                    if woken:
+                        break
+                    if not listener or self.closed:
+                        continue  # another worker's wakeup, or the stop (the loop ends)
+                    fd = flupfast_accept_cloexec(listen_fd)
+                    if fd >= 0:
+                        break
+                    if errno == EAGAIN or errno == EWOULDBLOCK or errno == EINTR \
+                            or errno == ECONNABORTED:
+                        continue  # another thread took it
+                    err = errno
+                    break
+                if not exclusive:
                     PyThread_release_lock(self._lock)  # the next leader (a follower) goes on
             if err:
                 import os
@@ -159,10 +191,14 @@ cdef class Leader:
 
     def close(self):
         """End every wait, now and to come; the fds go with the last thread inside lead()."""
+        import os
         if self.closed:
             return
         self.closed = True
-        self.wake()
+        try:
+            os.write(self._stop[1], b"\0")
+        except OSError:
+            pass
         if not self._users:
             self._release()
 
@@ -172,7 +208,10 @@ cdef class Leader:
             return
         c_close(self._epfd)
         self._epfd = -1
-        for fd in self._wake:
+        for epfd in self._epolls.values():
+            c_close(epfd)
+        self._epolls.clear()
+        for fd in self._wake + self._stop:
             try:
                 os.close(fd)
             except OSError:

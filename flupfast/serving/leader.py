@@ -55,16 +55,6 @@ class Leader:
         with self._count:
             self._users += 1
         try:
-            # No leader waits (every other worker is busy, as under load): a connection that
-            # is there already is taken at once (the compiled twin without a GIL hand-off).
-            if not self.closed and self._lock.acquire(blocking=False):
-                try:
-                    accepted = self._accept()
-                    if accepted is not None:
-                        return accepted
-                    return self._wait_and_accept()
-                finally:
-                    self._lock.release()
             with self._lock:
                 return self._wait_and_accept()
         finally:
@@ -75,6 +65,7 @@ class Leader:
                 self._release()
 
     def _wait_and_accept(self):
+        accept = self._sock._accept
         while not self.closed:
             listener = False
             for key, _ in self._selector.select():
@@ -87,18 +78,13 @@ class Leader:
                 listener = True
             if not listener or self.closed:
                 continue
-            accepted = self._accept()
-            if accepted is not None:
-                return accepted
+            try:
+                fd, addr = accept()
+            except ACCEPT_RETRY_ERRORS:
+                continue  # another thread took it (the loop's own accept, when it watches)
+            client = socket.socket(self._family, self._type, self._proto, fileno=fd)
+            return client, addr
         return None
-
-    def _accept(self):
-        """(client, addr), or None when nobody is there to accept after all."""
-        try:
-            fd, addr = self._sock._accept()
-        except ACCEPT_RETRY_ERRORS:
-            return None  # another thread took it (the loop's own accept, when it watches)
-        return socket.socket(self._family, self._type, self._proto, fileno=fd), addr
 
     def wake(self):
         """End one leader's wait (the next one's, if none waits now)."""

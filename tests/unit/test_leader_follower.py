@@ -291,24 +291,6 @@ def test_facade_keeps_the_classic_loop_for_an_overridden_mainloop_periodic():
         custom.shutdown()
 
 
-def test_no_leader_waiting_takes_a_ready_connection_before_a_pending_wakeup(backend,
-                                                                           unix_listener):
-    """With no leader waiting, lead() takes a connection already there at once (the compiled
-    twin without releasing the GIL); a pending wakeup is not lost: it ends the next wait."""
-    listener, address = unix_listener
-    leader = backend.Leader(listener)
-    peer = _connect(address)
-    try:
-        leader.wake()
-        accepted = leader.lead()
-        assert accepted is not None
-        accepted[0].close()
-        assert leader.lead() is None  # the wakeup, still there for the next leader
-    finally:
-        peer.close()
-        leader.close()
-
-
 def test_a_closed_leader_accepts_nothing_even_with_a_connection_ready(backend, unix_listener):
     listener, address = unix_listener
     leader = backend.Leader(listener)
