@@ -44,6 +44,10 @@ cdef extern from "<unistd.h>" nogil:
 from libc.errno cimport ECONNABORTED
 
 
+cdef enum:
+    _PRUNE_SETS_AT = 64  # per-thread sets kept before those of ended threads are closed
+
+
 cdef class Leader:
     """Leader/follower accept on ``listen_sock`` (non-blocking; see the pure twin)."""
 
@@ -117,8 +121,18 @@ cdef class Leader:
         cdef long ident = PyThread_get_thread_ident()
         epfd = self._epolls.get(ident)
         if epfd is None:
+            if len(self._epolls) >= _PRUNE_SETS_AT:
+                self._prune_sets()
             epfd = self._epolls[ident] = self._new_set()
         return epfd
+
+    cdef _prune_sets(self):
+        """Close the sets of threads that have ended (the pool ends and starts workers as its
+        spare counts say): a long life must not pile up epoll fds."""
+        import threading
+        alive = {thread.ident for thread in threading.enumerate()}
+        for ident in [ident for ident in self._epolls if ident not in alive]:
+            c_close(self._epolls.pop(ident))
 
     def lead(self):
         cdef int fd = -1, err = 0, n, i, epfd, listen_fd = self._listen_fd

@@ -135,6 +135,57 @@ def test_one_connection_goes_to_one_of_many_waiting_leaders(backend, unix_listen
     assert out[1:] == [None, None]
 
 
+def test_one_wake_ends_exactly_one_of_many_waiting_leaders(backend, unix_listener):
+    """The compiled twin's waiting workers each have their own epoll set (EPOLLEXCLUSIVE):
+    the kernel may wake more than one for the wakeup byte, but only one takes it."""
+    listener, _ = unix_listener
+    leader = backend.Leader(listener)
+    out = []
+    threads = [_lead_in_thread(leader, out) for _ in range(3)]
+    try:
+        leader.wake()
+        assert eventually(lambda: len(out) == 1, WAIT)
+        alive = [thread for thread in threads if thread.is_alive()]
+        alive[0].join(0.2)
+        assert len(out) == 1 and len(alive) == 2  # the other two wait on
+    finally:
+        leader.close()
+        for thread in threads:
+            thread.join(WAIT)
+    assert out == [None, None, None]
+
+
+def test_connections_after_a_leading_thread_exited_still_reach_a_waiting_one(backend,
+                                                                               unix_listener):
+    """A thread that led once and exited leaves its epoll set behind (compiled twin): it must
+    not take the wakeups meant for the threads that wait."""
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    peers = []
+    try:
+        for _ in range(3):
+            out = []
+            thread = _lead_in_thread(leader, out)
+            peers.append(_connect(address))
+            thread.join(WAIT)
+            assert not thread.is_alive() and out[0] is not None
+            out[0][0].close()
+        waiting = []
+        threads = [_lead_in_thread(leader, waiting) for _ in range(2)]
+        peers.append(_connect(address))
+        assert eventually(lambda: len(waiting) == 1, WAIT)
+        assert waiting[0] is not None
+        waiting[0][0].close()
+        leader.close()
+        for thread in threads:
+            thread.join(WAIT)
+        assert waiting[1:] == [None]
+    finally:
+        leader.close()
+        for peer in peers:
+            peer.close()
+
+
 # -- the mode -----------------------------------------------------------------------------------
 
 class GatedJob(Job):
@@ -304,3 +355,28 @@ def test_a_closed_leader_accepts_nothing_even_with_a_connection_ready(backend, u
     finally:
         peer.close()
 
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc/self/fd'), reason='counts fds in /proc')
+def test_many_threads_leading_once_leave_no_pile_of_epoll_sets(backend, unix_listener):
+    """The compiled twin closes the sets of ended threads once they pile up (a pool ends and
+    starts workers for years): the process's open fds stay bounded."""
+    listener, _ = unix_listener
+    leader = backend.Leader(listener)
+    try:
+        def open_fds():
+            return len(os.listdir('/proc/self/fd'))
+
+        for _ in range(10):
+            out = []
+            leader.wake()
+            _lead_in_thread(leader, out).join(WAIT)
+        before = open_fds()
+        for _ in range(200):
+            out = []
+            leader.wake()
+            _lead_in_thread(leader, out).join(WAIT)
+            assert out == [None]
+        assert open_fds() - before < 80
+    finally:
+        leader.close()
