@@ -3,16 +3,19 @@
 #
 # What it does in C, without the GIL: the idle workers' wait (epoll_wait on the listening
 # socket and the wakeup pipe) and accept4(SOCK_CLOEXEC). Only a thread that got a connection
-# (or a wakeup) takes the GIL. Where the kernel has EPOLLEXCLUSIVE (Linux 4.5+), every waiting
-# worker has its own epoll set with the listener and the wakeup pipe added exclusive: the
-# kernel wakes one waiting worker per connection, and no leader lock is passed from thread to
-# thread (that hand-off was two futex calls and a thread wake-up per request: perf stat in
-# bench/profile-new-connection.md). Elsewhere one leader lock serialises the waits on one
-# set, as the pure twin does. Uses prefork.pxi's epoll declarations (included before).
+# (or a wakeup) takes the GIL. Where the kernel has EPOLLEXCLUSIVE (Linux 4.5+), up to
+# _LEADER_SETS workers wait at once, each on an epoll set of its own taken from a fixed pool,
+# with the listener and the wakeup pipe added exclusive: the kernel wakes one waiting worker per
+# connection, and no leader lock passes from thread to thread while few workers are idle (that
+# hand-off was two futex calls and a thread wake-up per request: perf stat in
+# bench/profile-new-connection.md). Workers beyond them, and every worker without
+# EPOLLEXCLUSIVE, take turns on one more set under the leader lock, as the pure twin does. The
+# sets are made once: the descriptors do not grow with the pool's threads. Uses prefork.pxi's
+# epoll declarations (included before).
 
 from cpython.pythread cimport (
     PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
-    PyThread_release_lock, PyThread_get_thread_ident, WAIT_LOCK)
+    PyThread_release_lock, WAIT_LOCK)
 
 cdef extern from *:
     """
@@ -45,16 +48,17 @@ from libc.errno cimport ECONNABORTED
 
 
 cdef enum:
-    _PRUNE_SETS_AT = 64  # per-thread sets kept before those of ended threads are closed
+    _LEADER_SETS = 8  # workers waiting at once on sets of their own (EPOLLEXCLUSIVE)
 
 
 cdef class Leader:
     """Leader/follower accept on ``listen_sock`` (non-blocking; see the pure twin)."""
 
-    cdef PyThread_type_lock _lock  # only without EPOLLEXCLUSIVE: one waiting leader at a time
+    cdef PyThread_type_lock _lock  # one waiting leader at a time on the shared set
     cdef bint _exclusive
-    cdef int _epfd                 # the shared set (without EPOLLEXCLUSIVE)
-    cdef dict _epolls              # thread ident -> its own set (with EPOLLEXCLUSIVE)
+    cdef int _epfd                 # the shared set
+    cdef list _free                # sets of their own free for a waiting worker (EXCLUSIVE)
+    cdef list _sets                # all of them, closed with the leader
     cdef int _listen_fd
     cdef object _sock
     cdef object _socket_class
@@ -80,7 +84,8 @@ cdef class Leader:
         self._unix = self._family == socket.AF_UNIX
         self._listen_fd = listen_sock.fileno()
         self._users = 0
-        self._epolls = {}
+        self._free = []
+        self._sets = []
         self.closed = False
         self._lock = PyThread_allocate_lock()
         if self._lock == NULL:
@@ -88,7 +93,18 @@ cdef class Leader:
         self._wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._exclusive = EPOLLEXCLUSIVE != 0
-        self._epfd = self._new_set()  # the shared one; its first add says if EXCLUSIVE works
+        first = self._new_set()  # its first add says whether EPOLLEXCLUSIVE works
+        if not self._exclusive:
+            self._epfd = first
+            return
+        self._sets.append(first)
+        while len(self._sets) < _LEADER_SETS:
+            self._sets.append(self._new_set())
+        self._free = list(self._sets)
+        # The shared set last: the kernel offers a connection to the exclusive waiters in the
+        # order their sets were added to the listener, so a worker on a set of its own takes
+        # it, and the lock's leader (and its hand-off to a follower) only when none waits.
+        self._epfd = self._new_set()
 
     cdef int _new_set(self) except -1:
         """A new epoll set: the listener and the wakeup pipe (exclusive where supported), the
@@ -115,39 +131,20 @@ cdef class Leader:
             raise
         return epfd
 
-    cdef int _thread_set(self) except -1:
-        """The calling thread's own set (EPOLLEXCLUSIVE), made on its first lead(); a set
-        nobody waits on takes no wakeup from those who wait (the kernel passes it on)."""
-        cdef long ident = PyThread_get_thread_ident()
-        epfd = self._epolls.get(ident)
-        if epfd is None:
-            if len(self._epolls) >= _PRUNE_SETS_AT:
-                self._prune_sets()
-            epfd = self._epolls[ident] = self._new_set()
-        return epfd
-
-    cdef _prune_sets(self):
-        """Close the sets of threads that have ended (the pool ends and starts workers as its
-        spare counts say): a long life must not pile up epoll fds."""
-        import threading
-        alive = {thread.ident for thread in threading.enumerate()}
-        for ident in [ident for ident in self._epolls if ident not in alive]:
-            c_close(self._epolls.pop(ident))
-
     def lead(self):
         cdef int fd = -1, err = 0, n, i, epfd, listen_fd = self._listen_fd
         cdef int wake_r = self._wake[0]
-        cdef bint woken = False, listener, exclusive
+        cdef bint woken = False, listener, shared
         cdef epoll_event events[3]
         cdef char byte
         if self.closed:
             return None
         self._users += 1
+        shared = not self._free
+        epfd = self._epfd if shared else self._free.pop()
         try:
-            exclusive = self._exclusive
-            epfd = self._thread_set() if exclusive else self._epfd
             with nogil:
-                if not exclusive:
+                if shared:
                     PyThread_acquire_lock(self._lock, WAIT_LOCK)
                 while not self.closed:
                     n = epoll_wait(epfd, events, 3, -1)
@@ -175,7 +172,7 @@ cdef class Leader:
                         continue  # another thread took it
                     err = errno
                     break
-                if not exclusive:
+                if shared:
                     PyThread_release_lock(self._lock)  # the next leader (a follower) goes on
             if err:
                 import os
@@ -191,6 +188,8 @@ cdef class Leader:
             # (what the allow-list checks) in the format accept() gives.
             return client, ('' if self._unix else client.getpeername())
         finally:
+            if not shared:
+                self._free.append(epfd)
             self._users -= 1
             if self.closed and not self._users:
                 self._release()
@@ -222,9 +221,10 @@ cdef class Leader:
             return
         c_close(self._epfd)
         self._epfd = -1
-        for epfd in self._epolls.values():
+        for epfd in self._sets:
             c_close(epfd)
-        self._epolls.clear()
+        self._sets = []
+        self._free = []
         for fd in self._wake + self._stop:
             try:
                 os.close(fd)
