@@ -81,6 +81,8 @@ TWINS = (
     ("frame_body", "frame_body", "flupfast.protocols.ajp", "frame_body"),
     ("InputStream", "InputStream", "flupfast.body", "InputStream"),
     ("send_buffers", "send_buffers", "flupfast.output", "send_buffers"),
+    ("recv_into", "recv_into", "flupfast.sockio", "recv_into"),
+    ("close_socket", "close_socket", "flupfast.sockio", "close_socket"),
     ("serve_child", "serve_child", "flupfast.serving.prefork.child", "serve_child"),
     ("Leader", "Leader", "flupfast.serving.leader", "Leader"),
 )

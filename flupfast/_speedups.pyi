@@ -70,6 +70,10 @@ class InputStream:
 
 def send_buffers(sock: socket.socket, buffers: List[Buffer]) -> None: ...
 
+def recv_into(sock: socket.socket, buf: Buffer, limit: int = ...) -> int: ...
+
+def close_socket(sock: socket.socket) -> None: ...
+
 def serve_child(
     listen_sock: socket.socket,
     parent_sock: socket.socket,

@@ -151,7 +151,7 @@ class FastCGIConnection(Connection):
         """Receive once and queue the events; returns False at EOF."""
         # recv_some inlined: this runs once per request. The parser copies what it keeps.
         buf, view = receive_buffer()
-        data = view[:self._sock.recv_into(buf)]
+        data = view[:_impl.recv_into(self._sock, buf)]
         if not data:
             self._eof = True
             return False

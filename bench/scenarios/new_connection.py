@@ -6,7 +6,7 @@ strace calls per request, voluntary context switches per request, and one strace
 of a few requests. Findings: bench/profile-new-connection.md.
 
     python -m bench.scenarios.new_connection [--only fcgi-thread,...] [--kinds compiled,uwsgi]
-        [--parts callgrind,syscalls,syscalls16,transcript,window,tail] [-n 300] [--keep-dir DIR]
+        [--parts callgrind,syscalls,syscalls16,perf16,transcript,window,tail] [-n 300] [--keep-dir DIR]
 """
 import argparse
 import json
@@ -21,6 +21,7 @@ from bench.base import log
 from bench.drivers.callgrind import (
     control, dumped_files, file_total, final_files, top_functions, under_callgrind)
 from bench.drivers.fcgi_load import LoadClient
+from bench.drivers.perf_count import count_events
 from bench.drivers.strace import count_syscalls
 from bench.drivers.strace_tail import analyse
 from bench.procs import tree_ctxt_switches
@@ -171,6 +172,35 @@ def syscalls(kind, mode, proto, client, workdir, n=500, conns=1):
         srv.stop()
 
 
+def perf_counts(kind, mode, proto, client, workdir, n=3000, conns=16):
+    """``perf stat`` per request with ``conns`` concurrent new connections (the perf16 part):
+    futex calls, all syscalls and context switches of the server's threads, and voluntary /
+    involuntary switches from /proc, all without strace's slowdown (strace serialises the
+    threads' syscalls and so multiplies the GIL's futex traffic)."""
+    srv = make_server(kind, mode, proto, workdir)
+    try:
+        if not srv.start(client):
+            return {"error": "did not start: %s" % srv.error}
+        _load(client, srv, proto, 500, conns)
+        time.sleep(0.5)
+        pids = srv.pids()
+        before = tree_ctxt_switches(pids)
+        res, counts = count_events(pids, os.path.join(workdir, "perf.txt"),
+                                   lambda: _load(client, srv, proto, n, conns))
+        after = tree_ctxt_switches(pids)
+        done = res.get("requests") or n
+        out = {"voluntary": round((after[0] - before[0]) / done, 2),
+               "involuntary": round((after[1] - before[1]) / done, 2), "requests": done}
+        if counts is None:
+            out["error"] = "perf stat gave no counts"
+        else:
+            out.update({name.split(":")[-1]: round(count / done, 2)
+                        for name, count in counts.items()})
+        return out
+    finally:
+        srv.stop()
+
+
 def transcript(kind, mode, proto, client, workdir, out_path, n=3):
     """``strace -f -tt -T`` of ``n`` requests (after a warm-up) into ``out_path``."""
     srv = make_server(kind, mode, proto, workdir)
@@ -272,6 +302,10 @@ def main(argv=None):
                 row["syscalls16"] = syscalls(kind, mode, proto, client, workdir, n=3000,
                                              conns=16)
                 log("    %s" % row["syscalls16"])
+            if "perf16" in parts:
+                log("perf stat %s, 16 connections at once" % key)
+                row["perf16"] = perf_counts(kind, mode, proto, client, workdir)
+                log("    %s" % row["perf16"])
             if "transcript" in parts:
                 path = os.path.join(workdir, "strace-%s-%s-%s.txt" % (kind, mode, proto))
                 row["transcript"] = transcript(kind, mode, proto, client, workdir, path)

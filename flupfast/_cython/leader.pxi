@@ -1,10 +1,17 @@
 # The threaded mode's leader/follower accept, compiled twin of flupfast/serving/leader.py
 # (same class name, same methods, same behaviour).
 #
-# What it does in C, without the GIL: the followers' wait for the leader lock, the leader's
-# epoll_wait on the listening socket and the wakeup pipe, and accept4(SOCK_CLOEXEC). Only a
-# thread that got a connection (or a wakeup) takes the GIL, so promoting a follower costs no
-# GIL hand-off. Uses prefork.pxi's epoll declarations (included before this file).
+# What it does in C, without the GIL: the idle workers' wait (epoll_wait on the listening
+# socket and the wakeup pipe) and accept4(SOCK_CLOEXEC). Only a thread that got a connection
+# (or a wakeup) takes the GIL. Where the kernel has EPOLLEXCLUSIVE (Linux 4.5+), up to
+# _LEADER_SETS workers wait at once, each on an epoll set of its own taken from a fixed pool,
+# with the listener and the wakeup pipe added exclusive: the kernel wakes one waiting worker per
+# connection, and no leader lock passes from thread to thread while few workers are idle (that
+# hand-off was two futex calls and a thread wake-up per request: perf stat in
+# bench/profile-new-connection.md). Workers beyond them, and every worker without
+# EPOLLEXCLUSIVE, take turns on one more set under the leader lock, as the pure twin does. The
+# sets are made once: the descriptors do not grow with the pool's threads. Uses prefork.pxi's
+# epoll declarations (included before).
 
 from cpython.pythread cimport (
     PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
@@ -40,11 +47,18 @@ cdef extern from "<unistd.h>" nogil:
 from libc.errno cimport ECONNABORTED
 
 
+cdef enum:
+    _LEADER_SETS = 8  # workers waiting at once on sets of their own (EPOLLEXCLUSIVE)
+
+
 cdef class Leader:
     """Leader/follower accept on ``listen_sock`` (non-blocking; see the pure twin)."""
 
-    cdef PyThread_type_lock _lock
-    cdef int _epfd
+    cdef PyThread_type_lock _lock  # one waiting leader at a time on the shared set
+    cdef bint _exclusive
+    cdef int _epfd                 # the shared set
+    cdef list _free                # sets of their own free for a waiting worker (EXCLUSIVE)
+    cdef list _sets                # all of them, closed with the leader
     cdef int _listen_fd
     cdef object _sock
     cdef object _socket_class
@@ -52,6 +66,7 @@ cdef class Leader:
     cdef bint _unix
     cdef Py_ssize_t _users
     cdef object _wake
+    cdef object _stop              # readable once closed, never drained: wakes every wait
     cdef public bint closed
 
     def __cinit__(self, listen_sock):
@@ -69,29 +84,70 @@ cdef class Leader:
         self._unix = self._family == socket.AF_UNIX
         self._listen_fd = listen_sock.fileno()
         self._users = 0
+        self._free = []
+        self._sets = []
         self.closed = False
         self._lock = PyThread_allocate_lock()
         if self._lock == NULL:
             raise MemoryError()
         self._wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._epfd = epoll_create1(EPOLL_CLOEXEC)
-        if self._epfd < 0:
+        self._stop = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._exclusive = EPOLLEXCLUSIVE != 0
+        first = self._new_set()  # its first add says whether EPOLLEXCLUSIVE works
+        if not self._exclusive:
+            self._epfd = first
+            return
+        self._sets.append(first)
+        while len(self._sets) < _LEADER_SETS:
+            self._sets.append(self._new_set())
+        self._free = list(self._sets)
+        # The shared set last: the kernel offers a connection to the exclusive waiters in the
+        # order their sets were added to the listener, so a worker on a set of its own takes
+        # it, and the lock's leader (and its hand-off to a follower) only when none waits.
+        self._epfd = self._new_set()
+
+    cdef int _new_set(self) except -1:
+        """A new epoll set: the listener and the wakeup pipe (exclusive where supported), the
+        stop pipe (never exclusive: a stop wakes every waiting worker)."""
+        cdef int epfd = epoll_create1(EPOLL_CLOEXEC)
+        cdef epoll_event ev
+        if epfd < 0:
             PyErr_SetFromErrno(OSError)
-        _epoll_add(self._epfd, self._listen_fd, EPOLLIN)
-        _epoll_add(self._epfd, self._wake[0], EPOLLIN)
+        try:
+            for fd in (self._listen_fd, self._wake[0]):
+                ev.events = EPOLLIN | (EPOLLEXCLUSIVE if self._exclusive else 0)
+                ev.data.fd = fd
+                if epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0:
+                    if not (self._exclusive and errno == EINVAL):
+                        PyErr_SetFromErrno(OSError)
+                    # Before Linux 4.5: no EPOLLEXCLUSIVE; one shared set and the lock.
+                    self._exclusive = False
+                    ev.events = EPOLLIN
+                    if epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0:
+                        PyErr_SetFromErrno(OSError)
+            _epoll_add(epfd, self._stop[0], EPOLLIN)
+        except BaseException:
+            c_close(epfd)
+            raise
+        return epfd
 
     def lead(self):
-        cdef int fd = -1, err = 0, n, i, epfd = self._epfd, listen_fd = self._listen_fd
+        cdef int fd = -1, err = 0, n, i, epfd, listen_fd = self._listen_fd
         cdef int wake_r = self._wake[0]
-        cdef bint woken = False, listener
-        cdef epoll_event events[2]
+        cdef bint woken = False, listener, shared
+        cdef epoll_event events[3]
         cdef char byte
+        if self.closed:
+            return None
         self._users += 1
+        shared = not self._free
+        epfd = self._epfd if shared else self._free.pop()
         try:
             with nogil:
-                PyThread_acquire_lock(self._lock, WAIT_LOCK)
+                if shared:
+                    PyThread_acquire_lock(self._lock, WAIT_LOCK)
                 while not self.closed:
-                    n = epoll_wait(epfd, events, 2, -1)
+                    n = epoll_wait(epfd, events, 3, -1)
                     if n < 0:
                         if errno == EINTR:
                             continue
@@ -102,12 +158,12 @@ cdef class Leader:
                         if events[i].data.fd == wake_r:
                             if c_read(wake_r, &byte, 1) == 1:  # one wakeup for one wait
                                 woken = True
-                        else:
+                        elif events[i].data.fd == listen_fd:
                             listener = True
                     if woken:
                         break
                     if not listener or self.closed:
-                        continue
+                        continue  # another worker's wakeup, or the stop (the loop ends)
                     fd = flupfast_accept_cloexec(listen_fd)
                     if fd >= 0:
                         break
@@ -116,7 +172,8 @@ cdef class Leader:
                         continue  # another thread took it
                     err = errno
                     break
-                PyThread_release_lock(self._lock)  # the next leader (a follower) goes on
+                if shared:
+                    PyThread_release_lock(self._lock)  # the next leader (a follower) goes on
             if err:
                 import os
                 raise OSError(err, os.strerror(err))
@@ -131,6 +188,8 @@ cdef class Leader:
             # (what the allow-list checks) in the format accept() gives.
             return client, ('' if self._unix else client.getpeername())
         finally:
+            if not shared:
+                self._free.append(epfd)
             self._users -= 1
             if self.closed and not self._users:
                 self._release()
@@ -145,10 +204,14 @@ cdef class Leader:
 
     def close(self):
         """End every wait, now and to come; the fds go with the last thread inside lead()."""
+        import os
         if self.closed:
             return
         self.closed = True
-        self.wake()
+        try:
+            os.write(self._stop[1], b"\0")
+        except OSError:
+            pass
         if not self._users:
             self._release()
 
@@ -158,7 +221,11 @@ cdef class Leader:
             return
         c_close(self._epfd)
         self._epfd = -1
-        for fd in self._wake:
+        for epfd in self._sets:
+            c_close(epfd)
+        self._sets = []
+        self._free = []
+        for fd in self._wake + self._stop:
             try:
                 os.close(fd)
             except OSError:

@@ -7,8 +7,10 @@ leader's wait, ``close()`` every present and future one.
 
 Why: with one accept thread handing each connection to a pool worker, every request paid a
 condition notify, a thread wake-up and a GIL hand-off (futexes) before the worker could even
-read. Here the worker that accepts is the one that serves; followers wait on the leader lock
-(the compiled twin without the GIL), and only the accepted connection takes the GIL.
+read. Here the worker that accepts is the one that serves; followers wait on the leader lock,
+and only the accepted connection takes the GIL. The compiled twin waits without the GIL and,
+where the kernel has EPOLLEXCLUSIVE, without the lock: each waiting worker on its own epoll set,
+woken one per connection by the kernel (the lock's hand-off cost futex calls per request).
 """
 import os
 import selectors

@@ -135,6 +135,81 @@ def test_one_connection_goes_to_one_of_many_waiting_leaders(backend, unix_listen
     assert out[1:] == [None, None]
 
 
+def test_more_waiting_leaders_than_sets_one_connection_one_wake_then_close(backend,
+                                                                          unix_listener):
+    """More waiting workers than the compiled twin has sets of their own: the rest follow on
+    the leader lock; still one connection to one of them, one wakeup to one, a stop to all."""
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    out = []
+    threads = [_lead_in_thread(leader, out) for _ in range(20)]
+    peer = _connect(address)
+    try:
+        assert eventually(lambda: len(out) == 1, WAIT)
+        assert out[0] is not None
+        out[0][0].close()
+        leader.wake()
+        assert eventually(lambda: len(out) == 2, WAIT)
+        assert out[1] is None
+    finally:
+        leader.close()
+        for thread in threads:
+            thread.join(WAIT)
+        peer.close()
+    assert out[2:] == [None] * 18 and not any(thread.is_alive() for thread in threads)
+
+
+def test_one_wake_ends_exactly_one_of_many_waiting_leaders(backend, unix_listener):
+    """The compiled twin's waiting workers each have their own epoll set (EPOLLEXCLUSIVE):
+    the kernel may wake more than one for the wakeup byte, but only one takes it."""
+    listener, _ = unix_listener
+    leader = backend.Leader(listener)
+    out = []
+    threads = [_lead_in_thread(leader, out) for _ in range(3)]
+    try:
+        leader.wake()
+        assert eventually(lambda: len(out) == 1, WAIT)
+        alive = [thread for thread in threads if thread.is_alive()]
+        alive[0].join(0.2)
+        assert len(out) == 1 and len(alive) == 2  # the other two wait on
+    finally:
+        leader.close()
+        for thread in threads:
+            thread.join(WAIT)
+    assert out == [None, None, None]
+
+
+def test_connections_after_a_leading_thread_exited_still_reach_a_waiting_one(backend,
+                                                                               unix_listener):
+    """Threads that led once and exited: the epoll sets they waited on (compiled twin) go to
+    the next waiting threads and take no wakeup meant for them meanwhile."""
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    peers = []
+    try:
+        for _ in range(3):
+            out = []
+            thread = _lead_in_thread(leader, out)
+            peers.append(_connect(address))
+            thread.join(WAIT)
+            assert not thread.is_alive() and out[0] is not None
+            out[0][0].close()
+        waiting = []
+        threads = [_lead_in_thread(leader, waiting) for _ in range(2)]
+        peers.append(_connect(address))
+        assert eventually(lambda: len(waiting) == 1, WAIT)
+        assert waiting[0] is not None
+        waiting[0][0].close()
+        leader.close()
+        for thread in threads:
+            thread.join(WAIT)
+        assert waiting[1:] == [None]
+    finally:
+        leader.close()
+        for peer in peers:
+            peer.close()
+
+
 # -- the mode -----------------------------------------------------------------------------------
 
 class GatedJob(Job):
@@ -289,3 +364,43 @@ def test_facade_keeps_the_classic_loop_for_an_overridden_mainloop_periodic():
     finally:
         plain.shutdown()
         custom.shutdown()
+
+
+def test_a_closed_leader_accepts_nothing_even_with_a_connection_ready(backend, unix_listener):
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    peer = _connect(address)
+    try:
+        leader.close()
+        assert leader.lead() is None
+        listener.setblocking(True)
+        client, _ = listener.accept()  # still in the backlog: nobody took it
+        client.close()
+    finally:
+        peer.close()
+
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc/self/fd'), reason='counts fds in /proc')
+def test_many_threads_leading_once_leave_no_pile_of_epoll_sets(backend, unix_listener):
+    """The compiled twin's epoll sets are made once, not per thread (a pool ends and starts
+    workers for years): the process's open fds do not grow with the threads that led."""
+    listener, _ = unix_listener
+    leader = backend.Leader(listener)
+    try:
+        def open_fds():
+            return len(os.listdir('/proc/self/fd'))
+
+        for _ in range(10):
+            out = []
+            leader.wake()
+            _lead_in_thread(leader, out).join(WAIT)
+        before = open_fds()
+        for _ in range(200):
+            out = []
+            leader.wake()
+            _lead_in_thread(leader, out).join(WAIT)
+            assert out == [None]
+        assert open_fds() == before
+    finally:
+        leader.close()

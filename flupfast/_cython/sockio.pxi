@@ -1,0 +1,71 @@
+# The compiled twin of flupfast/sockio.py: receive into a buffer and close a connection's
+# socket with the same results, errors and timeouts, but without giving up the GIL when the
+# call need not wait. Python's sock.recv_into and sock.close release the GIL around the
+# syscall; with 16 serving threads every release hands the GIL to a waiting thread and puts
+# this one back in line for up to the switch interval (bench/profile-new-connection.md). After
+# accept the request head is normally in the socket buffer already, and close(2) of a socket
+# does not block (no SO_LINGER time is ever set on a connection), so both stay GIL-held.
+# A receive that would block goes through sock.recv_into, which waits with the GIL released
+# and honours the socket's timeout. (errno, EAGAIN, EINTR, EWOULDBLOCK, ECONNRESET and c_close
+# come from prefork.pxi; MSG_DONTWAIT from output.pxi, both included before.)
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
+
+import socket as _socket_module
+from _socket import socket as _c_socket
+
+# Only Python's own socket class takes the short path: a subclass (ssl.SSLSocket) has its
+# own receive and close.
+cdef object _SocketClass = _socket_module.socket
+cdef object _c_detach = _c_socket.detach  # the fd let go of, without socket.py's wrapper
+
+
+def recv_into(sock, buf, Py_ssize_t limit=0):
+    """The bytes received into ``buf`` (0 at EOF); see sockio.recv_into."""
+    cdef Py_buffer view
+    cdef Py_ssize_t got
+    cdef int fd, err
+    if type(sock) is not _SocketClass:
+        return sock.recv_into(buf, limit)
+    fd = sock.fileno()
+    if fd < 0 or limit < 0:
+        return sock.recv_into(buf, limit)  # closed, or a bad limit: Python's own error
+    try:
+        PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    except (BufferError, TypeError):
+        return sock.recv_into(buf, limit)  # not a writable buffer: Python's own error
+    try:
+        if limit == 0 or limit > view.len:
+            if limit > view.len:
+                raise ValueError("buffer too small for requested bytes")
+            limit = view.len
+        got = c_recv(fd, view.buf, <size_t>limit, MSG_DONTWAIT)
+        if got >= 0:
+            return got
+        err = errno
+        if err != EAGAIN and err != EWOULDBLOCK and err != EINTR:
+            PyErr_SetFromErrno(OSError)  # errno is still recv's
+            return None
+    finally:
+        PyBuffer_Release(&view)
+    # Nothing there yet (or a signal): wait as Python does, GIL released, timeout honoured.
+    return sock.recv_into(buf, limit)
+
+
+def close_socket(sock):
+    """``sock.close()``; see sockio.close_socket."""
+    cdef int fd, err
+    # socket.socket.close() closes the fd only when no makefile() stream holds it.
+    if type(sock) is not _SocketClass or sock._io_refs > 0:
+        sock.close()
+        return
+    sock._closed = True      # what socket.socket.close() sets before closing
+    fd = _c_detach(sock)     # the object lets go of the fd: -1 if already closed
+    if fd < 0:
+        return
+    if c_close(fd) < 0:
+        err = errno
+        # CPython's sock_close: ECONNRESET means the peer reset it; the fd is closed anyway.
+        if err != ECONNRESET:
+            PyErr_SetFromErrno(OSError)

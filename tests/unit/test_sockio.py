@@ -1,0 +1,176 @@
+"""recv_into and close_socket, both twins (flupfast/sockio.py, _cython/sockio.pxi): the bytes
+already there (the compiled twin's GIL-held MSG_DONTWAIT try), nothing there yet and a slow
+peer (the would-block path must wait as Python does), EOF, a reset, the socket's timeout, a
+non-blocking socket, the limit, and close's effects, as Python's own socket methods give them.
+Concurrency is shown by events, never by elapsed time."""
+import os
+import socket
+import struct
+import threading
+
+import pytest
+
+WAIT = 30.0
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    a.settimeout(WAIT)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_bytes_already_there_are_received_at_once(backend, pair):
+    a, b = pair
+    b.sendall(b'hello')
+    buf = bytearray(64)
+    assert backend.recv_into(a, buf) == 5
+    assert bytes(buf[:5]) == b'hello'
+
+
+def test_at_most_limit_bytes_the_rest_stays(backend, pair):
+    a, b = pair
+    b.sendall(b'abcdefgh')
+    buf = bytearray(64)
+    assert backend.recv_into(a, buf, 3) == 3
+    assert bytes(buf[:3]) == b'abc'
+    assert backend.recv_into(a, buf) == 5
+    assert bytes(buf[:5]) == b'defgh'
+
+
+def test_into_a_memoryview_slice(backend, pair):
+    a, b = pair
+    b.sendall(b'xyz')
+    buf = bytearray(10)
+    assert backend.recv_into(a, memoryview(buf)[4:], 0) == 3
+    assert bytes(buf) == b'\0\0\0\0xyz\0\0\0'
+
+
+def test_nothing_there_yet_waits_for_a_slow_peer(backend, pair):
+    """The would-block path: the receive starts before the peer sends, and returns what it
+    sends later (the compiled twin's first try finds EAGAIN)."""
+    a, b = pair
+    buf = bytearray(64)
+    got = []
+    started = threading.Event()
+
+    def receive():
+        started.set()
+        got.append(backend.recv_into(a, buf))
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    assert started.wait(WAIT)
+    thread.join(0.05)
+    assert thread.is_alive() and not got  # waiting, not failed with EAGAIN
+    b.sendall(b'late')
+    thread.join(WAIT)
+    assert got == [4] and bytes(buf[:4]) == b'late'
+
+
+def test_eof_is_zero(backend, pair):
+    a, b = pair
+    b.close()
+    assert backend.recv_into(a, bytearray(8)) == 0
+
+
+def test_the_sockets_timeout_is_honoured(backend, pair):
+    a, _ = pair
+    a.settimeout(0.05)
+    with pytest.raises(socket.timeout):
+        backend.recv_into(a, bytearray(8))
+
+
+def test_a_non_blocking_socket_raises_blocking_io_error(backend, pair):
+    a, _ = pair
+    a.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        backend.recv_into(a, bytearray(8))
+
+
+def test_a_reset_raises_connection_reset(backend):
+    listener = socket.socket()
+    listener.bind(('127.0.0.1', 0))
+    listener.listen(1)
+    peer = socket.create_connection(listener.getsockname(), timeout=WAIT)
+    ours, _ = listener.accept()
+    ours.settimeout(WAIT)
+    try:
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+        peer.close()  # RST
+        with pytest.raises(ConnectionResetError):
+            backend.recv_into(ours, bytearray(8))
+    finally:
+        ours.close()
+        listener.close()
+
+
+@pytest.mark.parametrize('limit', [-1, 9])
+def test_a_bad_limit_raises_value_error(backend, pair, limit):
+    a, b = pair
+    b.sendall(b'x')
+    with pytest.raises(ValueError):
+        backend.recv_into(a, bytearray(8), limit)
+
+
+def test_a_read_only_buffer_raises_type_error(backend, pair):
+    a, b = pair
+    b.sendall(b'x')
+    with pytest.raises(TypeError):
+        backend.recv_into(a, b'readonly')
+
+
+def test_a_closed_socket_raises_oserror(backend, pair):
+    a, _ = pair
+    a.close()
+    with pytest.raises(OSError):
+        backend.recv_into(a, bytearray(8))
+
+
+def test_close_closes_the_fd_and_the_peer_sees_eof(backend, pair):
+    a, b = pair
+    fd = a.fileno()
+    backend.close_socket(a)
+    assert a.fileno() == -1 and a._closed
+    assert '[closed]' in repr(a)
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    b.settimeout(WAIT)
+    assert b.recv(1) == b''
+
+
+def test_close_twice_is_a_no_op(backend, pair):
+    a, _ = pair
+    backend.close_socket(a)
+    backend.close_socket(a)
+    assert a.fileno() == -1
+
+
+def test_close_keeps_the_fd_while_a_makefile_stream_holds_it(backend, pair):
+    """As socket.close(): the fd goes with the last makefile() stream."""
+    a, b = pair
+    stream = a.makefile('rb')
+    backend.close_socket(a)
+    b.sendall(b'still\n')
+    assert stream.readline() == b'still\n'
+    stream.close()
+    assert a.fileno() == -1
+
+
+def test_close_of_another_socket_class_is_its_own_close(backend):
+    closed = []
+
+    class Sock(socket.socket):
+        def close(self):
+            closed.append(True)
+            super().close()
+
+    a, b = socket.socketpair()
+    sock = Sock(a.family, a.type, a.proto, fileno=a.detach())
+    try:
+        backend.close_socket(sock)
+        assert closed == [True] and sock.fileno() == -1
+    finally:
+        b.close()
