@@ -8,8 +8,11 @@ import socket
 import threading
 import warnings
 
+import pytest
+
 from flupfast import _impl
 from flupfast.protocols.scgi import encode_request
+from flupfast.serving.job import END, PARK, WAIT
 from tests.scgi_client import parse_response, read_all, request_bytes
 from tests.unit.connection_harness import SOCKET_TIMEOUT, echo, hello
 from tests.unit.test_scgi_connection import Harness, use_backend  # noqa: F401 (fixture)
@@ -165,3 +168,100 @@ def test_a_handler_whose_web_server_left_is_one_debug_line(use_backend, caplog):
              if r.name == 'scgi-wsgi']
     assert (logging.DEBUG, 'the web server went away: [Errno 32] Broken pipe', None) in lines
     assert [line for line in lines if line[0] >= logging.WARNING] == []
+
+
+def test_a_request_past_its_timeout_is_reported_and_answered_500(use_backend, caplog):
+    """The fork servers' per-request ``timeout`` (flup's): "Timeout Exceeded" on the
+    ``scgi-wsgi`` logger and TimeoutException inside the app, which then gets the 500 page.
+    The app loops until the exception comes (the test's own bound only ends a hang)."""
+    def stuck(environ, start_response):
+        release = threading.Event()
+        while not release.wait(0.01):
+            pass
+    h = Harness(stuck)
+    ours, theirs = socket.socketpair()
+    ours.settimeout(SOCKET_TIMEOUT)
+    conn = h.connection_class(theirs, '', h.server, 0.05)
+    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+        thread = threading.Thread(target=conn.run, daemon=True)
+        thread.start()
+        with ours:
+            ours.sendall(request_bytes('/'))
+            status, _, _ = parse_response(read_all(ours))
+        thread.join(SOCKET_TIMEOUT)
+    assert status == b'500 Internal Server Error'
+    lines = _scgi_lines(caplog)
+    assert lines[0] == 'Timeout Exceeded' and 'in stuck' in lines[1], lines
+    assert 'Exception caught from handler' in lines
+
+
+def _idle_spy(answer, seen):
+    def on_idle(job, parkable):
+        seen.append((job, job.idle, parkable))
+        return answer
+    return on_idle
+
+
+def test_waiting_for_the_request_is_idle_and_asks_the_mode_once(use_backend):
+    """Before its one request an SCGI connection is ``idle`` (a stop may end the wait) and
+    asks ``on_idle(job, parkable=False)``: its head may arrive in parts, so it never parks.
+    Once the head is read it is busy."""
+    seen, busy = [], []
+
+    def app(environ, start_response):
+        busy.append(conn.idle)
+        return hello(environ, start_response)
+    h = Harness(app)
+    ours, theirs = socket.socketpair()
+    ours.settimeout(SOCKET_TIMEOUT)
+    conn = h.connection_class(theirs, '', h.server, None)
+    conn.on_idle = _idle_spy(WAIT, seen)
+    with ours:
+        ours.sendall(request_bytes('/'))
+        assert conn.run() == 1
+        assert parse_response(read_all(ours))[2] == b'Hello world!\n'
+    assert seen == [(conn, True, False)] and busy == [False] and not conn.idle
+
+
+@pytest.mark.parametrize('answer', [END, PARK])
+def test_a_mode_ending_the_wait_closes_quietly(use_backend, caplog, answer):
+    """A stop before any request byte came: nothing is read, nothing logged, the socket
+    closed."""
+    seen = []
+    h = Harness(hello)
+    ours, theirs = socket.socketpair()
+    ours.settimeout(SOCKET_TIMEOUT)
+    conn = h.connection_class(theirs, '', h.server, None)
+    conn.on_idle = _idle_spy(answer, seen)
+    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'), ours:
+        assert conn.run() == 0
+        assert read_all(ours) == b''
+    assert len(seen) == 1 and not conn.idle
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_request_received_whole_is_closed_not_lingered(use_backend):
+    """Nothing of the body is still on the way: a plain close, so the web server's next
+    send fails at once instead of being read and dropped for LINGER_SECONDS."""
+    h = Harness(hello)
+    with h.connect() as ours:
+        ours.sendall(request_bytes('/', method='POST', body=b'whole'))
+        # EOF came with the close: a lingering close would half-close first and go on reading.
+        assert parse_response(read_all(ours))[2] == b'Hello world!\n'
+        with pytest.raises(OSError):  # EPIPE: the server's end is closed
+            ours.sendall(b'late')
+    h.join()
+
+
+def test_a_body_byte_still_on_the_way_is_read_after_the_response(use_backend):
+    """The app never read the body and its last byte is still to come: the connection
+    half-closes and reads it (lingering close), so the web server's send of it succeeds and
+    the response is not lost to a reset."""
+    wire = request_bytes('/', method='POST', body=b'0123456789')
+    h = Harness(hello)
+    with h.connect() as ours:
+        ours.sendall(wire[:-1])
+        assert parse_response(read_all(ours))[2] == b'Hello world!\n'  # EOF: half-closed
+        ours.sendall(wire[-1:])  # EPIPE if the server closed instead
+        ours.shutdown(socket.SHUT_WR)
+        h.join()
