@@ -2,6 +2,7 @@
 "overloaded" refusal (spec 5.5), what an input stream's read raises when the web server aborts
 or leaves (the message names the stream), and the peer named in the protocol-error line.
 """
+import errno
 import logging
 import socket
 import threading
@@ -213,3 +214,149 @@ def test_a_failed_response_resets_once_the_input_has_ended(use_backend, monkeypa
         _, reset = read_until_reset(sock)  # a socket timeout: the drain went on
     h.join()
     assert reset
+
+
+# -- the request's end as the handler reports it ---------------------------------------------------
+
+@pytest.mark.parametrize('protocol_status, app_status', [
+    (f.FCGI_REQUEST_COMPLETE, 1), (f.FCGI_OVERLOADED, 0)], ids=['app-status', 'protocol'])
+def test_end_request_carries_the_handlers_statuses_after_output(use_backend, protocol_status,
+                                                                app_status):
+    def handler(request):
+        request.stdout.write(b'Status: 200 OK\r\n\r\nbody')
+        return protocol_status, app_status
+    resp = _handler_response(handler)
+    assert resp.body == b'body' and resp.end == (app_status, protocol_status)
+
+
+def test_a_handler_raising_epipe_ends_the_request_quietly(use_backend):
+    """EPIPE from a handler is the web server going away: END_REQUEST alone, no traceback
+    on STDERR, no error page."""
+    def handler(request):
+        raise BrokenPipeError(errno.EPIPE, 'gone')
+    resp = _handler_response(handler)
+    assert resp.records == [f.FCGI_END_REQUEST] and resp.end == (0, f.FCGI_REQUEST_COMPLETE)
+
+
+def test_a_request_past_its_timeout_is_reported_on_stderr_and_answered_500(use_backend):
+    """The fork servers' per-request ``timeout``: "Timeout Exceeded" and the stack go to the
+    request's STDERR (flup's), TimeoutException into the app, which gets the 500 page. The
+    app loops until the exception comes."""
+    def stuck(environ, start_response):
+        release = threading.Event()
+        while not release.wait(0.01):
+            pass
+    h = Harness(stuck)
+    ours, theirs = socket.socketpair()
+    conn = h.connection_class(theirs, None, h.server, 0.05)
+    thread = threading.Thread(target=conn.run, daemon=True)
+    thread.start()
+    with ours:
+        ours.sendall(request_bytes('/'))
+        resp = read_response(ours)
+    thread.join(SOCKET_TIMEOUT)
+    assert resp.status == 500
+    assert resp.stderr.startswith(b'Timeout Exceeded\n') and b'in stuck' in resp.stderr
+
+
+def test_a_multiplexed_request_ending_after_the_web_server_left_is_quiet(use_backend,
+                                                                        monkeypatch):
+    """The END_REQUEST send fails (EPIPE): the request's thread ends quietly, its spools
+    released, no exception escapes the thread."""
+    escaped = []
+    monkeypatch.setattr(threading, 'excepthook', lambda args: escaped.append(args.exc_value))
+    closed = threading.Event()
+
+    def handler(request):
+        closed.wait(SOCKET_TIMEOUT)
+        return f.FCGI_REQUEST_COMPLETE, 0
+    h = Harness(hello, multiplexed=True)
+    h.server.handler = handler
+    sock = h.connect()
+    sock.sendall(request_bytes('/', keep_conn=True))
+    sock.close()
+    closed.set()
+    h.join()
+    assert escaped == []
+
+
+# -- how many requests a connection served, and how it closes -------------------------------------
+
+def test_served_counts_every_request_and_max_requests_ends_the_connection(use_backend):
+    h = Harness(hello)
+    with h.connect() as sock:
+        for _ in range(2):
+            sock.sendall(request_bytes('/', keep_conn=True))
+            assert read_response(sock).status == 200
+    h.join()
+    with h.connect(max_requests=1) as sock:
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert read_response(sock).status == 200
+        assert read_to_eof(sock) == b''  # closed despite KEEP_CONN: the budget is spent
+    h.join()
+    assert h.served == [2, 1]
+
+
+def test_a_failed_response_counts_as_served_and_ends_at_its_last_record(use_backend):
+    """With KEEP_CONN over a Unix socket the early EOF alone says the response failed:
+    nothing follows the traceback's records."""
+    def late(environ, start_response):
+        start_response('200 OK', [])
+        yield b'first'
+        raise RuntimeError('late')
+    h = Harness(late)
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', keep_conn=True))
+        data = read_to_eof(sock)
+    h.join()
+    parser = f.FastCGIParser()
+    records = parser.feed(data)
+    assert not parser.pending and records[-1][0] == f.FCGI_STDERR
+    assert h.served == [1]
+
+
+def test_a_request_received_whole_is_closed_not_lingered(use_backend):
+    """No KEEP_CONN and the request's STDIN ended in what was received: a plain close, so the
+    web server's next send fails at once instead of being read and dropped."""
+    h = Harness(hello)
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', body=b'whole'))
+        assert read_response(sock).status == 200
+        assert read_to_eof(sock) == b''
+        with pytest.raises(OSError):  # EPIPE: closed, not half-closed
+            sock.sendall(b'late')
+    h.join()
+
+
+def test_stdin_still_on_the_way_is_read_after_the_response(use_backend):
+    """The app never read the body and its end is still to come: the connection half-closes
+    and reads it (lingering close), so the web server's send of it succeeds."""
+    head, rest = request_bytes('/', body=b'b' * 1000, split=True)
+    h = Harness(hello)
+    with h.connect() as sock:
+        sock.sendall(head)
+        assert read_response(sock).status == 200
+        assert read_to_eof(sock) == b''  # half-closed
+        sock.sendall(rest)  # EPIPE if the server closed instead
+        sock.shutdown(socket.SHUT_WR)
+        h.join()
+
+
+def test_a_list_result_leaves_in_one_send(use_backend, monkeypatch):
+    """A list is complete in memory: its records and the request's end go out in one send."""
+    from flupfast import _impl
+    sends = []
+    real = _impl.send_buffers
+
+    def spy(sock, buffers):
+        if any(buffers):
+            sends.append(len(buffers))
+        return real(sock, buffers)
+    monkeypatch.setattr(_impl, 'send_buffers', spy)
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return [b'one ', b'two ', b'three']
+    resp = Harness(app).request('/')
+    assert resp.body == b'one two three'
+    assert len(sends) == 1, sends
