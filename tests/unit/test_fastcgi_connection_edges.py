@@ -360,3 +360,66 @@ def test_a_list_result_leaves_in_one_send(use_backend, monkeypatch):
     resp = Harness(app).request('/')
     assert resp.body == b'one two three'
     assert len(sends) == 1, sends
+
+
+# -- multiplexed requests' threads and the cap on open requests -----------------------------------
+
+def test_a_multiplexed_request_runs_in_its_own_named_daemon_thread(use_backend):
+    seen = []
+
+    def app(environ, start_response):
+        thread = threading.current_thread()
+        seen.append((thread.name, thread.daemon))
+        return hello(environ, start_response)
+    h = Harness(app, multiplexed=True)
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', request_id=7))
+        assert read_response(sock, request_id=7).status == 200
+    h.join()
+    assert seen == [('flupfast-fcgi-7', True)]
+
+
+def test_a_thread_that_cannot_start_is_answered_overloaded(use_backend, caplog, monkeypatch):
+    """No thread left for a multiplexed request (RuntimeError from start()): END_REQUEST with
+    FCGI_OVERLOADED for it and one error line (flup means to, but raises NameError)."""
+    from types import SimpleNamespace
+
+    from flupfast import fastcgi_connection
+
+    class Unstartable(threading.Thread):
+        def start(self):
+            raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(fastcgi_connection, 'threading', SimpleNamespace(Thread=Unstartable))
+    h = Harness(hello, multiplexed=True)
+    with caplog.at_level(logging.ERROR, logger='flupfast'):
+        with h.connect() as sock:
+            sock.sendall(request_bytes('/', request_id=3, keep_conn=True))
+            resp = read_response(sock, request_id=3)
+        h.join()
+    assert resp.records == [f.FCGI_END_REQUEST] and resp.end == (0, f.FCGI_OVERLOADED)
+    assert [r.getMessage() for r in caplog.records if r.name == 'flupfast'] == [
+        'FastCGI: cannot start a thread for request 3; answering OVERLOADED']
+
+
+def test_open_requests_are_capped_at_the_limit(use_backend, monkeypatch):
+    """MAX_OPEN_REQUESTS begun requests are held; the next gets END_REQUEST(FCGI_OVERLOADED)
+    at once (the GET_VALUES after it shows the answer came, or did not, in order). The cap is
+    lowered to 2 here: the parser refuses more than the real one of requests still without
+    their PARAMS, so only running requests can reach it."""
+    from flupfast import fastcgi_connection
+    monkeypatch.setattr(fastcgi_connection, 'MAX_OPEN_REQUESTS', 2)
+    h = Harness(hello, multiplexed=True)
+    names = f.encode_params([('FCGI_MPXS_CONNS', '')])
+    with h.connect() as sock:
+        sock.sendall(b''.join(f.encode_begin_request(i, f.FCGI_RESPONDER, f.FCGI_KEEP_CONN)
+                              for i in (1, 2, 3))
+                     + f.encode_record(f.FCGI_GET_VALUES, 0, names))
+        parser, answers = f.FastCGIParser(), []
+        while not answers or answers[-1][0] != f.FCGI_GET_VALUES_RESULT:
+            data = sock.recv(4096)
+            assert data, answers
+            answers += parser.feed(data)
+    h.join()
+    assert [(kind, rid) for kind, rid, _ in answers] == [
+        (f.FCGI_END_REQUEST, 3), (f.FCGI_GET_VALUES_RESULT, 0)]
+    assert answers[0][2] == bytes(4) + bytes((f.FCGI_OVERLOADED,)) + bytes(3)
