@@ -150,8 +150,16 @@ def render_peers(results):
     return lines
 
 
+def _ratio(x, y):
+    return "%.2fx" % (x / y) if x and y else "n/a"
+
+
 def _seed_001(s):
+    """flupfast vs uWSGI per protocol, then SCGI's echo rate over uwsgi's for each server (the
+    two protocols' cost side by side). A group with "pending" is an older run's (before
+    flupfast spoke uwsgi)."""
     lines = ["| protocol | flupfast | uWSGI | flupfast vs uWSGI |", "|---|---|---|---|"]
+    rates = {}   # protocol -> (flupfast's, uWSGI's)
     for g in s["groups"]:
         if g.get("pending"):
             lines.append("| %s | %s | | |" % (g["protocol"], g["pending"]))
@@ -160,10 +168,14 @@ def _seed_001(s):
         b = next((r for r in g["rows"] if r["peer"].startswith("uwsgi")), None)
         x = figure(a, "echo71k")[0] if a else None
         y = figure(b, "echo71k")[0] if b else None
+        rates[g["protocol"]] = (x, y)
         lines.append("| %s | %s | %s | %s |" % (
             g["protocol"], cell(a, "echo71k") if a else "not selected",
-            cell(b, "echo71k") if b else "not selected", "%.2fx" % (x / y) if x and y else
-            "n/a"))
+            cell(b, "echo71k") if b else "not selected", _ratio(x, y)))
+    if "scgi" in rates and "uwsgi" in rates:
+        (fs, us), (fu, uu) = rates["scgi"], rates["uwsgi"]
+        lines += ["", "SCGI/uwsgi (SCGI's req/s over uwsgi's): flupfast %s, uWSGI %s" % (
+            _ratio(fs, fu), _ratio(us, uu))]
     return lines
 
 

@@ -1,8 +1,8 @@
 """The experiments this project started from (the seeds), reproduced as named scenarios:
 
   001  a POST of 71,453 bytes echoed back, nginx in front over a Unix socket, 100 concurrent
-       clients (``ab -c100 -p``, as the seed ran it): SCGI and FastCGI, flupfast against uWSGI
-       on each; the uwsgi protocol's row waits for flupfast's uwsgi protocol (not yet written)
+       clients (``ab -c100 -p``, as the seed ran it): SCGI, uwsgi (nginx ``uwsgi_pass``) and
+       FastCGI, flupfast against uWSGI on each
   002  what a gateway adds to each request: N sequential requests (``ab -n N -c1``), the mean
        time per request minus the app's own time measured in-process ("Adj Mean"): flupfast
        behind Apache (mod_proxy_fcgi, mod_proxy_scgi) and nginx, flup fcgi_fork/scgi_fork,
@@ -26,7 +26,6 @@ from bench.fronts.apache import Apache, apache_root
 from bench.scenarios.cells import TIMEOUT, www_dir
 from bench.scenarios.peers import ECHO_SIZE, check_echo, run_rows
 from bench.servers.apache_hosted import cgi_script, cgi_vhost
-from bench.servers.peers import UWSGI_PROTOCOL_PENDING
 from bench.servers.wwwdata import www_tree
 
 SEEDS = ("000", "001", "002", "004")
@@ -39,6 +38,10 @@ SEED_TITLE = {
     "004": "the same hello as a CGI script and as a mod_fcgid .fcgi script",
 }
 APP = "bench.apps:app"
+# seed 001: per protocol, flupfast's row and uWSGI's on the same protocol (uWSGI's own for uwsgi)
+SEED_001_GROUPS = (("scgi", "flupfast-scgi-fork", "uwsgi-scgi"),
+                   ("uwsgi", "flupfast-uwsgi-fork", "uwsgi-uwsgi"),
+                   ("fcgi", "flupfast-fcgi-fork", "uwsgi-fcgi"))
 
 
 def seed_001(info, workdir, client, cfg):
@@ -53,12 +56,7 @@ def seed_001(info, workdir, client, cfg):
             body_file=body)
 
     out = {"groups": []}
-    for proto, ours, theirs in (("scgi", "flupfast-scgi-fork", "uwsgi-scgi"),
-                                ("uwsgi", None, None),
-                                ("fcgi", "flupfast-fcgi-fork", "uwsgi-fcgi")):
-        if ours is None:
-            out["groups"].append({"protocol": proto, "pending": UWSGI_PROTOCOL_PENDING})
-            continue
+    for proto, ours, theirs in SEED_001_GROUPS:
         rows = run_rows((("nginx", ours), ("nginx", theirs)), APP, {"echo71k": echo}, info,
                         workdir, client, cfg)
         out["groups"].append({"protocol": proto, "rows": rows})

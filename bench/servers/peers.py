@@ -10,7 +10,7 @@ from bench.servers.uwsgi import UWSGIHTTPServer, UWSGIServer
 
 class Peer:
     """``family``: flupfast | flup | uwsgi | uwsgi-http | gunicorn | modwsgi; ``protocol``:
-    what the front speaks to it (fcgi, scgi, ajp, http; wsgi: Apache runs it)."""
+    what the front speaks to it (fcgi, scgi, uwsgi, ajp, http; wsgi: Apache runs it)."""
 
     def __init__(self, key, label, family, protocol, mode="", candidates=({},)):
         self.key, self.label, self.family = key, label, family
@@ -23,7 +23,8 @@ def _flupfast(proto, mode, candidates=({},)):
                 candidates)
 
 
-PROTO_LABEL = {"fcgi": "FastCGI", "scgi": "SCGI", "ajp": "AJP13", "http": "HTTP"}
+PROTO_LABEL = {"fcgi": "FastCGI", "scgi": "SCGI", "uwsgi": "uwsgi", "ajp": "AJP13",
+               "http": "HTTP"}
 _FORK = ({}, {"max_children": 8}, {"max_children": 32})
 _THREAD = ({}, {"max_threads": 8})
 _UWSGI_FORK = ({"processes": 16}, {"processes": 4}, {"processes": 8})
@@ -32,12 +33,14 @@ PEERS = {p.key: p for p in (
     _flupfast("fcgi", "fork", _FORK), _flupfast("fcgi", "thread", _THREAD),
     _flupfast("scgi", "fork", _FORK), _flupfast("scgi", "thread", _THREAD),
     _flupfast("ajp", "thread", _THREAD), _flupfast("ajp", "fork", _FORK),
+    _flupfast("uwsgi", "fork", _FORK), _flupfast("uwsgi", "thread", _THREAD),
     Peer("flup-fcgi-fork", "flup 1.0.3 fcgi_fork", "flup", "fcgi", "fork"),
     Peer("flup-fcgi-thread", "flup 1.0.3 fcgi", "flup", "fcgi", "thread"),
     Peer("flup-scgi-fork", "flup 1.0.3 scgi_fork", "flup", "scgi", "fork"),
     Peer("flup-ajp-thread", "flup 1.0.3 ajp", "flup", "ajp", "thread"),
     Peer("uwsgi-fcgi", "uWSGI --fastcgi-socket", "uwsgi", "fcgi", "fork", _UWSGI_FORK),
     Peer("uwsgi-scgi", "uWSGI --scgi-socket", "uwsgi", "scgi", "fork", _UWSGI_FORK),
+    Peer("uwsgi-uwsgi", "uWSGI --uwsgi-socket", "uwsgi", "uwsgi", "fork", _UWSGI_FORK),
     Peer("uwsgi-http", "uWSGI --http-socket", "uwsgi-http", "http", "",
          ({"processes": 8}, {"processes": 2}, {"processes": 4}, {"processes": 16},
           {"processes": 2, "threads": 8})),
@@ -54,10 +57,6 @@ PEERS = {p.key: p for p in (
          ({"processes": 2, "threads": 8}, {"processes": 1, "threads": 16},
           {"processes": 4, "threads": 4}, {"processes": 8, "threads": 2})),
 )}
-
-
-# the uwsgi protocol's row: nginx uwsgi_pass to flupfast, once flupfast speaks it
-UWSGI_PROTOCOL_PENDING = "waits for flupfast's uwsgi protocol"
 
 
 def settings_text(settings):

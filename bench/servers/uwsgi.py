@@ -1,5 +1,5 @@
 """uWSGI as a server under test (the fronts' peer): where its binary is, and its command line
-(FastCGI or SCGI socket, thread or fork mode; or its own ``--http-socket``, the
+(FastCGI, SCGI or uwsgi socket, thread or fork mode; or its own ``--http-socket``, the
 fastest way to put Python behind nginx); start and stop are servers.server's."""
 import os
 import shutil

@@ -8,7 +8,7 @@ from bench.drivers import ab, apptime, wrk
 from bench.fronts.apache import apache_config
 from bench.fronts.nginx import server_block
 from bench.report import peers as report
-from bench.scenarios import cells
+from bench.scenarios import cells, seeds
 from bench.servers import apache_hosted, peers
 from bench.servers.gunicorn import gunicorn_command
 from bench.servers.uwsgi import uwsgi_command
@@ -272,11 +272,14 @@ def test_sweep_lines_star_the_kept_setting():
 def _seeds():
     fcgi = [_row("nginx", "flupfast-fcgi-fork", "defaults", echo71k={"rps": 9000.0}),
             _row("nginx", "uwsgi-fcgi", "processes=16", echo71k={"rps": 4500.0})]
+    scgi = [_row("nginx", "flupfast-scgi-fork", "defaults", echo71k={"rps": 6000.0}),
+            _row("nginx", "uwsgi-scgi", "processes=16", echo71k={"rps": 3000.0})]
+    uwsgi = [_row("nginx", "flupfast-uwsgi-fork", "defaults", echo71k={"rps": 5000.0}),
+             _row("nginx", "uwsgi-uwsgi", "processes=8", echo71k={"rps": 4000.0})]
     return {
-        "001": {"title": "t1", "groups": [{"protocol": "scgi", "rows": fcgi[:1]},
-                                          {"protocol": "uwsgi",
-                                           "pending": peers.UWSGI_PROTOCOL_PENDING},
-                                          {"protocol": "fcgi", "rows": fcgi}]},
+        "001": {"title": "t1", "groups": [{"protocol": "scgi", "rows": scgi},
+                                          {"protocol": "uwsgi", "rows": uwsgi},
+                                          {"protocol": "fcgi", "rows": fcgi[:1]}]},
         "002": {"title": "t2", "baseline_ms": 1.121, "requests": 1000,
                 "rows": [dict(_row("apache", "modwsgi", "processes=2 threads=8",
                                    c1={"mean_ms": 10.748}), adj_mean_ms=9.627)]},
@@ -295,13 +298,48 @@ def _seeds():
 
 def test_seed_tables():
     md = "\n".join(report.render_seeds({"seeds": _seeds()}))
-    assert "| uwsgi | waits for flupfast's uwsgi protocol | | |" in md
-    assert "| fcgi | 9000 [defaults] | 4500 [processes=16] | 2.00x |" in md
-    assert "| scgi | 9000 [defaults] | not selected | n/a |" in md
+    assert "| scgi | 6000 [defaults] | 3000 [processes=16] | 2.00x |" in md
+    assert "| uwsgi | 5000 [defaults] | 4000 [processes=8] | 1.25x |" in md
+    assert "| fcgi | 9000 [defaults] | not selected | n/a |" in md
+    # SCGI's rate over uwsgi's, flupfast's beside uWSGI's: 6000/5000, 3000/4000
+    assert "SCGI/uwsgi (SCGI's req/s over uwsgi's): flupfast 1.20x, uWSGI 0.75x" in md
     assert "| Baseline (the app alone, in-process) | 1.12 | n/a |" in md
     assert "| Apache -> mod_wsgi daemon | 10.7 [processes=2 threads=8] | 9.63 |" in md
     assert "| Apache | flup 1.0.3 ajp | not finished within 180 s | |" in md
     assert "| CGI script | 30.0 | 33.3 |" in md and "| mod_fcgid | no mod_fcgid | |" in md
+
+
+def test_seed_001_older_results_and_missing_figures():
+    """A run from before flupfast spoke uwsgi (a "pending" group) still renders; the ratio
+    line is n/a where a figure is missing and absent without both protocols."""
+    rows = _seeds()["001"]["groups"]
+    old = {"groups": [rows[0], {"protocol": "uwsgi", "pending": "waits for it"}, rows[2]]}
+    md = "\n".join(report._seed_001(old))
+    assert "| uwsgi | waits for it | | |" in md and "SCGI/uwsgi" not in md
+    failed = [rows[0], {"protocol": "uwsgi", "rows": [dict(rows[1]["rows"][0], loads={
+        "echo71k": {"error": "echo: status 502"}}), rows[1]["rows"][1]]}]
+    md = "\n".join(report._seed_001({"groups": failed}))
+    assert "| uwsgi | error: echo: status 502 | 4000 [processes=8] | n/a |" in md
+    assert "flupfast n/a, uWSGI 0.75x" in md
+
+
+def test_seed_001_pairs_each_protocol_with_uwsgi_on_it():
+    """SCGI, uwsgi and FastCGI, in that order, each flupfast fork against uWSGI speaking the
+    same protocol to nginx (uWSGI's own for uwsgi: --uwsgi-socket, nginx uwsgi_pass)."""
+    assert [g[0] for g in seeds.SEED_001_GROUPS] == ["scgi", "uwsgi", "fcgi"]
+    for proto, ours, theirs in seeds.SEED_001_GROUPS:
+        assert peers.PEERS[ours].family == "flupfast" and peers.PEERS[ours].mode == "fork"
+        assert peers.PEERS[theirs].family == "uwsgi"
+        assert peers.PEERS[ours].protocol == peers.PEERS[theirs].protocol == proto
+    ours = peers.make_server(peers.PEERS["flupfast-uwsgi-fork"], {}, "bench.apps:app", "/tmp",
+                             tcp=False).command()
+    assert ours[ours.index("--protocol") + 1] == "uwsgi"
+    theirs = peers.make_server(peers.PEERS["uwsgi-uwsgi"], peers.PEERS["uwsgi-uwsgi"].candidates[0],
+                               "bench.apps:app", "/tmp", tcp=False, uwsgi_binary="/bin/uwsgi")
+    cmd = theirs.command()
+    assert cmd[cmd.index("--uwsgi-socket") + 1] == theirs.sock_path
+    block = server_block(0, "uwsgi", "/s.sock", 1, False, 60)
+    assert "uwsgi_pass unix:/s.sock;" in block and "include /etc/nginx/uwsgi_params;" in block
 
 
 def test_whole_report_with_peers_and_seeds(tmp_path):

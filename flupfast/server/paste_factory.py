@@ -2,8 +2,11 @@
 ``use = egg:flupfast#fcgi_thread`` ...) with flup's names, arguments and defaults.
 
 Only argument parsing (ini values are strings); the servers are flupfast.server's front ends.
-flup's runners all raise NameError on Python 3 (``unicode``, paste_factory.py:7,19).
+flup's runners all raise NameError on Python 3 (``unicode``, paste_factory.py:7,19). The uwsgi
+runners (``egg:flupfast#uwsgi``, ``uwsgi_thread``, ``uwsgi_fork``) are not in flup.
 """
+from importlib import import_module
+
 from flupfast.server import NoDefault
 
 _TRUE = ('true', 'yes', 'on', 'y', 't', '1')
@@ -63,26 +66,36 @@ def _fcgi_address(host, port, socket):
     return None
 
 
-def run_ajp_thread(wsgi_app, global_conf, scriptName='', host='localhost', port='8009',
-                   allowedServers='127.0.0.1', debug=NoDefault, minSpare=None, maxSpare=None,
-                   maxThreads=None):
-    """Serve ``wsgi_app`` over AJP13 with a thread pool (``egg:flupfast#ajp``)."""
-    from flupfast.server.ajp import WSGIServer
-    return WSGIServer(wsgi_app, scriptName=scriptName, bindAddress=(host, int(port)),
+def _socket_runners(module, protocol, port, script_name):
+    """The thread and fork runners for a server taking SCGI's keywords (SCGI, AJP13, uwsgi):
+    ``scriptName``, ``host``, ``port``, ``allowedServers`` (space-separated), ``debug`` and the
+    pool's; flup's signatures for AJP and SCGI, with ``script_name`` and ``port`` as defaults."""
+    def serve(mode, wsgi_app, global_conf, scriptName, host, port, allowedServers, debug,
+              **pool):
+        server = import_module('flupfast.server.' + module + mode).WSGIServer
+        return server(wsgi_app, scriptName=scriptName, bindAddress=(host, int(port)),
                       allowedServers=aslist(allowedServers), debug=_debug(debug, global_conf),
-                      **_int_args(minSpare=minSpare, maxSpare=maxSpare,
-                                  maxThreads=maxThreads)).run()
+                      **_int_args(**pool)).run()
 
+    def thread(wsgi_app, global_conf, scriptName=script_name, host='localhost', port=port,
+               allowedServers='127.0.0.1', debug=NoDefault, minSpare=None, maxSpare=None,
+               maxThreads=None):
+        return serve('', wsgi_app, global_conf, scriptName, host, port, allowedServers, debug,
+                     minSpare=minSpare, maxSpare=maxSpare, maxThreads=maxThreads)
 
-def run_ajp_fork(wsgi_app, global_conf, scriptName='', host='localhost', port='8009',
-                 allowedServers='127.0.0.1', debug=NoDefault, minSpare=None, maxSpare=None,
-                 maxChildren=None, maxRequests=None):
-    """Serve ``wsgi_app`` over AJP13 with prefork children (``egg:flupfast#ajp_fork``)."""
-    from flupfast.server.ajp_fork import WSGIServer
-    return WSGIServer(wsgi_app, scriptName=scriptName, bindAddress=(host, int(port)),
-                      allowedServers=aslist(allowedServers), debug=_debug(debug, global_conf),
-                      **_int_args(minSpare=minSpare, maxSpare=maxSpare,
-                                  maxChildren=maxChildren, maxRequests=maxRequests)).run()
+    def fork(wsgi_app, global_conf, scriptName=script_name, host='localhost', port=port,
+             allowedServers='127.0.0.1', debug=NoDefault, minSpare=None, maxSpare=None,
+             maxChildren=None, maxRequests=None):
+        return serve('_fork', wsgi_app, global_conf, scriptName, host, port, allowedServers,
+                     debug, minSpare=minSpare, maxSpare=maxSpare, maxChildren=maxChildren,
+                     maxRequests=maxRequests)
+
+    for runner, mode, pool, entry in ((thread, 'thread', 'a thread pool', module),
+                                      (fork, 'fork', 'prefork children', module + '_fork')):
+        runner.__name__ = runner.__qualname__ = 'run_%s_%s' % (module, mode)
+        runner.__doc__ = 'Serve ``wsgi_app`` over %s with %s (``egg:flupfast#%s``).' % (
+            protocol, pool, entry)
+    return thread, fork
 
 
 def run_fcgi_thread(wsgi_app, global_conf, host=None, port=None, socket=None, umask=None,
@@ -109,23 +122,8 @@ def run_fcgi_fork(wsgi_app, global_conf, host=None, port=None, socket=None, umas
                                   maxChildren=maxChildren, maxRequests=maxRequests)).run()
 
 
-def run_scgi_thread(wsgi_app, global_conf, scriptName=NoDefault, host='localhost', port='4000',
-                    allowedServers='127.0.0.1', debug=NoDefault, minSpare=None, maxSpare=None,
-                    maxThreads=None):
-    """Serve ``wsgi_app`` over SCGI with a thread pool (``egg:flupfast#scgi``)."""
-    from flupfast.server.scgi import WSGIServer
-    return WSGIServer(wsgi_app, scriptName=scriptName, bindAddress=(host, int(port)),
-                      allowedServers=aslist(allowedServers), debug=_debug(debug, global_conf),
-                      **_int_args(minSpare=minSpare, maxSpare=maxSpare,
-                                  maxThreads=maxThreads)).run()
-
-
-def run_scgi_fork(wsgi_app, global_conf, scriptName=NoDefault, host='localhost', port='4000',
-                  allowedServers='127.0.0.1', debug=NoDefault, minSpare=None, maxSpare=None,
-                  maxChildren=None, maxRequests=None):
-    """Serve ``wsgi_app`` over SCGI with prefork children (``egg:flupfast#scgi_fork``)."""
-    from flupfast.server.scgi_fork import WSGIServer
-    return WSGIServer(wsgi_app, scriptName=scriptName, bindAddress=(host, int(port)),
-                      allowedServers=aslist(allowedServers), debug=_debug(debug, global_conf),
-                      **_int_args(minSpare=minSpare, maxSpare=maxSpare,
-                                  maxChildren=maxChildren, maxRequests=maxRequests)).run()
+# flup's AJP and SCGI runners, and the uwsgi ones (not in flup) with SCGI's keywords and
+# defaults, as the uwsgi servers take them.
+run_ajp_thread, run_ajp_fork = _socket_runners('ajp', 'AJP13', '8009', '')
+run_scgi_thread, run_scgi_fork = _socket_runners('scgi', 'SCGI', '4000', NoDefault)
+run_uwsgi_thread, run_uwsgi_fork = _socket_runners('uwsgi', 'uwsgi', '4000', NoDefault)

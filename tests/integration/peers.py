@@ -8,7 +8,7 @@ fronts.py        Front (what a starter returns) and the connection-counting prox
 probe_script.py  the probe as a script a front spawns (mod_fcgid, CGI, lighttpd) and its venv
 nginx.py         nginx configs and starters    (lighttpd.py: lighttpd's, imported directly)
 apache.py        Apache configs and starters
-scenarios.py     FrontSuite, ScgiChecks and their helpers
+scenarios.py     FrontSuite, ScgiChecks, the smoke sets and their helpers
 """
 from tests.integration.apache import (APACHE, APACHE_BASE_CONF, APACHE_MODULES, _start_apache,
                                       start_apache_fcgid, start_apache_proxy_ajp,
@@ -26,20 +26,26 @@ from tests.integration.processes import (IO_TIMEOUT, REPO, SYSTEM_PYTHON, Manage
                                          require_root, start_backend, tail, wait_for_log,
                                          wait_until_connectable)
 from tests.integration.scenarios import (BIG, CHUNKED, FLUP_SCGI_UNBOUNDED_INPUT, MEDIUM,
-                                         SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ScgiSmoke,
-                                         check_upload, front_fixture,
-                                         expected_sha256, front_logs_hold, latin1_of_utf8,
-                                         probe, upload, upload_limit, uwsgi_exchanges)
+                                         SCGI_FLUP_BUGS, SITE_MOUNT_PATHS, FrontSuite,
+                                         assert_same_as_under_uwsgi,
+                                         ScgiChecks, ScgiSmoke, UwsgiSmoke, check_upload,
+                                         covered_over_tcp, expected_sha256, front_fixture,
+                                         front_logs_hold, latin1_of_utf8, probe,
+                                         site_mount_environ, upload, upload_limit,
+                                         uwsgi_exchanges)
 
 __all__ = [
     "APACHE", "APACHE_BASE_CONF", "APACHE_MODULES", "BIG", "CHUNKED", "FCGID_SCRIPT",
     "FLUP_SCGI_UNBOUNDED_INPUT", "IO_TIMEOUT", "MEDIUM", "NGINX", "NGINX_FRAME", "REPO",
-    "SCGI_FLUP_BUGS", "SYSTEM_PYTHON",
+    "SCGI_FLUP_BUGS", "SITE_MOUNT_PATHS", "SYSTEM_PYTHON",
     "ConnCountingProxy", "Front", "FrontSuite", "HTTPClient", "ManagedProcess", "Response",
-    "ScgiChecks", "ScgiSmoke", "ServerSpec", "_start_apache", "apache_canonenc", "check_upload",
+    "ScgiChecks", "ScgiSmoke", "ServerSpec", "UwsgiSmoke", "_start_apache", "apache_canonenc",
+    "assert_same_as_under_uwsgi",
+    "check_upload", "covered_over_tcp",
     "expected_sha256", "fcgid_venv", "front_fixture", "free_port", "front_logs_hold", "is_connection_error",
     "latin1_of_utf8", "make_tempdir", "nginx_config", "probe", "raw_exchange", "raw_http",
-    "remove_tempdir", "require", "require_root", "scgi_request", "start_apache_fcgid",
+    "remove_tempdir", "require", "require_root", "scgi_request", "site_mount_environ",
+    "start_apache_fcgid",
     "start_apache_proxy_ajp", "start_apache_proxy_fcgi", "start_apache_proxy_scgi",
     "start_apache_proxy_uwsgi", "start_backend", "start_nginx", "start_nginx_scgi",
     "start_nginx_uwsgi", "tail", "upload", "upload_limit", "uwsgi_exchanges",

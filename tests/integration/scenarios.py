@@ -11,7 +11,7 @@ import time
 
 import pytest
 from tests.apps import probe
-from tests.integration.processes import tail
+from tests.integration.processes import ServerSpec, tail
 
 # --------------------------------------------------------------------------------------------
 # The probe app and the checks every front runs
@@ -447,6 +447,54 @@ class ScgiSmoke:
     test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
 
 
+class UwsgiSmoke(ScgiSmoke):
+    """ScgiSmoke for a uwsgi front (SCGI's connection) in another mode or setting, with 100 MiB
+    up and HEAD (nginx's and Apache's fork mode, nginx's streamed bodies)."""
+
+    test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
+    test_head = FrontSuite.test_head
+
+
+# The nginx suites' ``location ~ ^(/app)(/.*)$`` (FastCGI: fastcgi_split_path_info) mount.
+SITE_MOUNT_PATHS = pytest.mark.parametrize("wire, decoded", [
+    ("/environ/x", "/environ/x"),
+    ("/environ/caf%C3%A9/a%20b", latin1_of_utf8("/environ/café/a b")),
+    (latin1_of_utf8("/environ/ü"), latin1_of_utf8("/environ/ü")),
+], ids=["plain", "percent", "raw-utf8"])
+
+
+def site_mount_environ(front, wire, decoded):
+    """GET /app``wire``?k=%C3%A9: SCRIPT_NAME=/app, PATH_INFO ``decoded``, REQUEST_URI and
+    QUERY_STRING as sent; returns the environ for the front's own checks."""
+    resp = front.request("GET", "/app" + wire + "?k=%C3%A9")
+    assert resp.status == 200, resp.body[:500]
+    env = resp.json()
+    assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/app", decoded)
+    assert (env["REQUEST_URI"], env["QUERY_STRING"]) == ("/app" + wire + "?k=%C3%A9",
+                                                         "k=%C3%A9")
+    return env
+
+
+COVERED_OVER_TCP = ("test_upload_100mib_read65536", "test_upload_100mib_readline",
+                    "test_download_100mib", "test_upload_100mib_read_content_length",
+                    "test_site_mount_path_info", "test_percent_encoded_path",
+                    "test_raw_utf8_path", "test_str_body_latin1")
+
+
+def covered_over_tcp(*names):
+    """A Unix-socket suite's autouse fixture skipping what its TCP twin ran (the transport does
+    not change it): COVERED_OVER_TCP, ``names``, and the upload modes but read and readline."""
+    skipped = COVERED_OVER_TCP + names
+
+    @pytest.fixture(autouse=True)
+    def _tcp_covers(self, request):
+        if request.node.originalname in skipped or (
+                request.node.originalname == "test_upload_modes"
+                and request.node.callspec.params.get("mode") not in ("read", "readline")):
+            pytest.skip("covered over TCP: the transport does not change it")
+    return _tcp_covers
+
+
 def front_fixture(start, **kwargs):
     """A suite's class-scoped ``front``: ``start(server, **kwargs)``, stopped after the class;
     a callable value of ``kwargs`` is called with the suite class first (e.g. its mode)."""
@@ -495,3 +543,20 @@ def uwsgi_exchanges(front):
     resp = upload(front, "read65536", CHUNKED)
     out.append(("upload big", resp.status, resp.json()["sha256"]))
     return out
+
+
+def assert_same_as_under_uwsgi(server, start, mode, name):
+    """Behind one front config (``start``: nginx uwsgi_pass, Apache mod_proxy_uwsgi), the
+    server under test and uWSGI 2.0 in ``mode``: the same uwsgi_exchanges (environ keys the
+    issue names, bodies read, statuses and answers). flup has no uwsgi server: skipped."""
+    if server.is_flup:
+        pytest.skip("flup has no uwsgi server")
+    seen = {}
+    for who, spec in (("ours", server), ("uwsgi", ServerSpec("uwsgi"))):
+        front = start(spec, mode=mode, name="%s-diff-%s-%s" % (name, who, mode))
+        try:
+            seen[who] = uwsgi_exchanges(front)
+        finally:
+            front.stop()
+    assert seen["ours"] == seen["uwsgi"]
+    assert seen["ours"][6] == ("/", 200, probe.HELLO)

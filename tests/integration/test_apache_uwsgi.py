@@ -8,20 +8,14 @@ and scenarios.ScgiChecks.
 """
 import pytest
 
-from .peers import (CHUNKED, FrontSuite, ScgiChecks, ServerSpec, probe,
-                    start_apache_proxy_uwsgi, upload, uwsgi_exchanges)
+from .peers import (CHUNKED, FrontSuite, ScgiChecks, UwsgiSmoke, assert_same_as_under_uwsgi,
+                    front_fixture, probe, start_apache_proxy_uwsgi, upload)
 
 pytestmark = [pytest.mark.peer]
 
 
 class TestApacheUwsgi(ScgiChecks, FrontSuite):
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_apache_proxy_uwsgi(server, name="apache-uwsgi")
-        yield front
-        front.stop()
+    front = front_fixture(start_apache_proxy_uwsgi, name="apache-uwsgi")
 
     @pytest.mark.parametrize("mode", ["read"])
     def test_chunked_upload(self, front, mode):
@@ -33,24 +27,9 @@ class TestApacheUwsgi(ScgiChecks, FrontSuite):
         front.assert_alive()
 
 
-class TestApacheUwsgiForkMode:
-    pytestmark = [pytest.mark.peer]
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_apache_proxy_uwsgi(server, mode="fork", name="apache-uwsgi-fork")
-        yield front
-        front.stop()
-
-    _known_flup_bugs = FrontSuite._known_flup_bugs
-    test_hello = FrontSuite.test_hello
-    test_environ_query_string = FrontSuite.test_environ_query_string
-    test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
+class TestApacheUwsgiForkMode(UwsgiSmoke):
+    front = front_fixture(start_apache_proxy_uwsgi, mode="fork", name="apache-uwsgi-fork")
     test_chunked_upload = TestApacheUwsgi.test_chunked_upload
-    test_error_page = FrontSuite.test_error_page
-    test_head = FrontSuite.test_head
-    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
 
 
 @pytest.mark.smoke
@@ -59,15 +38,4 @@ def test_the_app_sees_and_answers_what_it_does_under_uwsgi(server, mode):
     """Behind one mod_proxy_uwsgi config, flupfast and uWSGI 2.0: the same environ keys the
     issue names, the same bodies read (a chunked upload refused alike), the same statuses and
     answers."""
-    if server.is_flup:
-        pytest.skip("flup has no uwsgi server")
-    seen = {}
-    for name, spec in (("ours", server), ("uwsgi", ServerSpec("uwsgi"))):
-        front = start_apache_proxy_uwsgi(spec, mode=mode,
-                                         name="apache-uwsgi-diff-%s-%s" % (name, mode))
-        try:
-            seen[name] = uwsgi_exchanges(front)
-        finally:
-            front.stop()
-    assert seen["ours"] == seen["uwsgi"]
-    assert seen["ours"][6] == ("/", 200, probe.HELLO)
+    assert_same_as_under_uwsgi(server, start_apache_proxy_uwsgi, mode, "apache-uwsgi")

@@ -10,49 +10,37 @@ import socket
 
 import pytest
 
-from .peers import FrontSuite, expected_sha256, latin1_of_utf8, probe, start_nginx
+from .peers import (SITE_MOUNT_PATHS, FrontSuite, expected_sha256, front_fixture, probe,
+                    site_mount_environ, start_nginx)
 
 pytestmark = [pytest.mark.peer]
 
 
 class NginxSuite(FrontSuite):
-    options = {}
+    keep_conn = True
+    request_buffering = True
+    front = front_fixture(start_nginx, keep_conn=lambda cls: cls.keep_conn,
+                          request_buffering=lambda cls: cls.request_buffering,
+                          name=lambda cls: "nginx-%s" % cls.__name__[9:].lower())
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_nginx(server, name="nginx-%s" % cls.__name__[9:].lower(),
-                            **cls.options)
-        yield front
-        front.stop()
-
-    @pytest.mark.parametrize("wire, decoded", [
-        ("/environ/x", "/environ/x"),
-        ("/environ/caf%C3%A9/a%20b", latin1_of_utf8("/environ/café/a b")),
-        (latin1_of_utf8("/environ/ü"), latin1_of_utf8("/environ/ü")),
-    ], ids=["plain", "percent", "raw-utf8"])
+    @SITE_MOUNT_PATHS
     def test_site_mount_path_info(self, front, wire, decoded):
         """location /app/ with fastcgi_split_path_info: SCRIPT_NAME=/app, PATH_INFO decoded
         (the params are declared twice; the site's later value must win)."""
-        resp = front.request("GET", "/app" + wire + "?k=%C3%A9")
-        assert resp.status == 200, resp.body[:500]
-        env = resp.json()
-        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/app", decoded)
-        assert env["REQUEST_URI"] == "/app" + wire + "?k=%C3%A9"
-        assert env["QUERY_STRING"] == "k=%C3%A9"
+        site_mount_environ(front, wire, decoded)
 
 
 class TestNginxKeepConn(NginxSuite):
-    options = dict(keep_conn=True)
+    keep_conn = True
 
 
 class TestNginxNoKeepConn(NginxSuite):
-    options = dict(keep_conn=False)
+    keep_conn = False
 
 
 class TestNginxUnbuffered(NginxSuite):
     """fastcgi_request_buffering off: the body reaches the app while the client sends it."""
-    options = dict(keep_conn=True, request_buffering=False)
+    request_buffering = False
 
     def test_body_streams_to_app(self, front):
         """The app answers after reading 1 MiB of an 8 MiB body the client has not finished
@@ -78,14 +66,8 @@ class _ModeSuite:
     pytestmark = [pytest.mark.peer]
     mode = None
     keep_conn = True
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_nginx(server, keep_conn=cls.keep_conn, mode=cls.mode,
-                            name="nginx-%s" % cls.mode)
-        yield front
-        front.stop()
+    front = front_fixture(start_nginx, keep_conn=lambda cls: cls.keep_conn,
+                          mode=lambda cls: cls.mode, name=lambda cls: "nginx-%s" % cls.mode)
 
     test_hello = FrontSuite.test_hello
     test_environ_query_string = FrontSuite.test_environ_query_string

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from .peers import (SCGI_FLUP_BUGS, FrontSuite, ScgiChecks, ScgiSmoke, ServerSpec,
-                    front_fixture, expected_sha256,
-                    free_port, latin1_of_utf8, make_tempdir, probe, raw_exchange, raw_http,
-                    remove_tempdir, scgi_request, start_backend, start_nginx_scgi,
+from .peers import (SCGI_FLUP_BUGS, SITE_MOUNT_PATHS, FrontSuite, ScgiChecks, ScgiSmoke,
+                    ServerSpec, covered_over_tcp, expected_sha256, free_port, front_fixture,
+                    latin1_of_utf8, make_tempdir, probe, raw_exchange, raw_http, remove_tempdir,
+                    scgi_request, site_mount_environ, start_backend, start_nginx_scgi,
                     wait_for_log)
 
 pytestmark = [pytest.mark.peer]
@@ -28,19 +28,10 @@ class NginxScgiSuite(ScgiChecks, FrontSuite):
     front = front_fixture(start_nginx_scgi, unix=lambda cls: cls.unix,
                           name=lambda cls: "nginx-scgi-%s" % ("unix" if cls.unix else "tcp"))
 
-    @pytest.mark.parametrize("wire, decoded", [
-        ("/environ/x", "/environ/x"),
-        ("/environ/caf%C3%A9/a%20b", latin1_of_utf8("/environ/café/a b")),
-        (latin1_of_utf8("/environ/ü"), latin1_of_utf8("/environ/ü")),
-    ], ids=["plain", "percent", "raw-utf8"])
+    @SITE_MOUNT_PATHS
     def test_site_mount_path_info(self, front, wire, decoded):
         """location ~ ^(/app)(/.*)$: SCRIPT_NAME=/app, PATH_INFO the decoded rest."""
-        resp = front.request("GET", "/app" + wire + "?k=%C3%A9")
-        assert resp.status == 200, resp.body[:500]
-        env = resp.json()
-        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/app", decoded)
-        assert env["REQUEST_URI"] == "/app" + wire + "?k=%C3%A9"
-        assert env["QUERY_STRING"] == "k=%C3%A9"
+        env = site_mount_environ(front, wire, decoded)
         assert env["DOCUMENT_URI"] == "/app" + decoded
 
     @pytest.mark.parametrize("wire", [
@@ -76,18 +67,7 @@ class TestNginxScgiTcp(NginxScgiSuite):
 class TestNginxScgiUnix(NginxScgiSuite):
     """The same over a Unix socket; the 100 MiB and per-mode checks already ran over TCP."""
     unix = True
-
-    @pytest.fixture(autouse=True)
-    def _tcp_covers(self, request):
-        if request.node.originalname in (
-                "test_upload_100mib_read65536", "test_upload_100mib_readline",
-                "test_download_100mib", "test_upload_100mib_read_content_length",
-                "test_site_mount_path_info", "test_stock_scgi_params",
-                "test_percent_encoded_path", "test_raw_utf8_path",
-                "test_str_body_latin1") or (
-                request.node.originalname == "test_upload_modes"
-                and request.node.callspec.params.get("mode") not in ("read", "readline")):
-            pytest.skip("covered over TCP: the transport does not change it")
+    _tcp_covers = covered_over_tcp("test_stock_scgi_params")
 
 
 class _ScgiModeSuite(ScgiSmoke):

@@ -16,9 +16,10 @@ import json
 import pytest
 
 from flupfast.protocols.uwsgi import encode_request
-from .peers import (FrontSuite, ScgiChecks, ServerSpec, free_port, latin1_of_utf8, make_tempdir,
-                    probe, raw_exchange, raw_http, remove_tempdir, start_backend,
-                    start_nginx_uwsgi, uwsgi_exchanges, wait_for_log)
+from .peers import (SITE_MOUNT_PATHS, FrontSuite, ScgiChecks, UwsgiSmoke,
+                    assert_same_as_under_uwsgi, covered_over_tcp, free_port, front_fixture,
+                    latin1_of_utf8, make_tempdir, probe, raw_exchange, raw_http, remove_tempdir,
+                    site_mount_environ, start_backend, start_nginx_uwsgi, wait_for_log)
 
 pytestmark = [pytest.mark.peer]
 
@@ -27,30 +28,17 @@ class NginxUwsgiSuite(ScgiChecks, FrontSuite):
     unix = False
     request_buffering = True
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_nginx_uwsgi(server, unix=cls.unix, request_buffering=cls.request_buffering,
-                                  name="nginx-uwsgi-%s-%s" % (
-                                      "unix" if cls.unix else "tcp",
-                                      "buffered" if cls.request_buffering else "streamed"))
-        yield front
-        front.stop()
+    front = front_fixture(start_nginx_uwsgi, unix=lambda cls: cls.unix,
+                          request_buffering=lambda cls: cls.request_buffering,
+                          name=lambda cls: "nginx-uwsgi-%s-%s" % (
+                              "unix" if cls.unix else "tcp",
+                              "buffered" if cls.request_buffering else "streamed"))
 
-    @pytest.mark.parametrize("wire, decoded", [
-        ("/environ/x", "/environ/x"),
-        ("/environ/caf%C3%A9/a%20b", latin1_of_utf8("/environ/café/a b")),
-        (latin1_of_utf8("/environ/ü"), latin1_of_utf8("/environ/ü")),
-    ], ids=["plain", "percent", "raw-utf8"])
+    @SITE_MOUNT_PATHS
     def test_site_mount_path_info(self, front, wire, decoded):
         """location ~ ^(/app)(/.*)$: SCRIPT_NAME=/app, PATH_INFO the decoded rest (sent after
         uwsgi_params' PATH_INFO: the last value wins)."""
-        resp = front.request("GET", "/app" + wire + "?k=%C3%A9")
-        assert resp.status == 200, resp.body[:500]
-        env = resp.json()
-        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/app", decoded)
-        assert (env["REQUEST_URI"], env["QUERY_STRING"]) == ("/app" + wire + "?k=%C3%A9",
-                                                             "k=%C3%A9")
+        site_mount_environ(front, wire, decoded)
 
     @pytest.mark.parametrize("wire, decoded", [
         ("/environ/x", "/environ/x"),
@@ -86,46 +74,23 @@ class TestNginxUwsgiTcp(NginxUwsgiSuite):
 class TestNginxUwsgiUnix(NginxUwsgiSuite):
     """The same over a Unix socket; the 100 MiB checks already ran over TCP."""
     unix = True
-
-    @pytest.fixture(autouse=True)
-    def _tcp_covers(self, request):
-        if request.node.originalname in (
-                "test_upload_100mib_read65536", "test_upload_100mib_readline",
-                "test_download_100mib", "test_upload_100mib_read_content_length",
-                "test_site_mount_path_info", "test_stock_uwsgi_params",
-                "test_percent_encoded_path", "test_raw_utf8_path", "test_str_body_latin1") or (
-                request.node.originalname == "test_upload_modes"
-                and request.node.callspec.params.get("mode") not in ("read", "readline")):
-            pytest.skip("covered over TCP: the transport does not change it")
+    _tcp_covers = covered_over_tcp("test_stock_uwsgi_params")
 
 
-class _UwsgiSmokeSuite:
+class _UwsgiSmokeSuite(UwsgiSmoke):
     """The smoke checks plus bodies (100 MiB up and down), errors and HEAD."""
-    pytestmark = [pytest.mark.peer]
     mode = "thread"
     request_buffering = True
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def front(cls, server):
-        front = start_nginx_uwsgi(server, mode=cls.mode, request_buffering=cls.request_buffering,
-                                  name="nginx-uwsgi-%s-%s" % (cls.mode, cls.request_buffering))
-        yield front
-        front.stop()
-
-    test_hello = FrontSuite.test_hello
-    test_environ_query_string = FrontSuite.test_environ_query_string
+    front = front_fixture(start_nginx_uwsgi, mode=lambda cls: cls.mode,
+                          request_buffering=lambda cls: cls.request_buffering,
+                          name=lambda cls: "nginx-uwsgi-%s-%s" % (cls.mode,
+                                                                 cls.request_buffering))
     test_upload_modes = FrontSuite.test_upload_modes
-    test_upload_100mib_read65536 = FrontSuite.test_upload_100mib_read65536
     _download = FrontSuite._download
     test_download_100mib = FrontSuite.test_download_100mib
     test_chunked_upload = FrontSuite.test_chunked_upload
-    _known_flup_bugs = FrontSuite._known_flup_bugs
-    test_error_page = FrontSuite.test_error_page
     test_error_after_first_chunk = FrontSuite.test_error_after_first_chunk
-    test_head = FrontSuite.test_head
     test_response_splitting_refused = FrontSuite.test_response_splitting_refused
-    test_upload_read_content_length = ScgiChecks.test_upload_read_content_length
     test_one_backend_connection_per_request = ScgiChecks.test_one_backend_connection_per_request
 
 
@@ -178,17 +143,7 @@ def test_repeated_headers_keep_the_last_value(server):
 def test_the_app_sees_and_answers_what_it_does_under_uwsgi(server, mode):
     """Behind one nginx uwsgi_pass config, flupfast and uWSGI 2.0: the same environ keys the
     issue names, the same bodies read, the same statuses and answers."""
-    if server.is_flup:
-        pytest.skip("flup has no uwsgi server")
-    seen = {}
-    for name, spec in (("ours", server), ("uwsgi", ServerSpec("uwsgi"))):
-        front = start_nginx_uwsgi(spec, mode=mode, name="nginx-uwsgi-diff-%s-%s" % (name, mode))
-        try:
-            seen[name] = uwsgi_exchanges(front)
-        finally:
-            front.stop()
-    assert seen["ours"] == seen["uwsgi"]
-    assert seen["ours"][6] == ("/", 200, probe.HELLO)
+    assert_same_as_under_uwsgi(server, start_nginx_uwsgi, mode, "nginx-uwsgi")
 
 
 # ------------------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ import shutil
 import subprocess
 import sys
 import time
-from html.parser import HTMLParser
 
 import pytest
 
 from flupfast.ops.status import POOL_FIELDS, PROCESS_FIELDS
+from tests.html_tables import Tables
 from tests.integration.backend_process import free_port
 from tests.integration.peers import (
     IO_TIMEOUT, REPO, ManagedProcess, make_tempdir, remove_tempdir, require,
@@ -234,31 +234,6 @@ def test_a_php_fpm_agent_reads_the_page(backend, mode):
         int(entry['request duration'])
 
 
-class _Tables(HTMLParser):
-    """The rows of each table of a page: lists of cell texts."""
-
-    def __init__(self):
-        super().__init__()
-        self.tables, self.cell = [], None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == 'table':
-            self.tables.append([])
-        elif tag == 'tr' and self.tables:
-            self.tables[-1].append([])
-        elif tag in ('th', 'td'):
-            self.cell = ''
-
-    def handle_endtag(self, tag):
-        if tag in ('th', 'td') and self.cell is not None:
-            self.tables[-1][-1].append(self.cell.strip())
-            self.cell = None
-
-    def handle_data(self, data):
-        if self.cell is not None:
-            self.cell += data
-
-
 def chromium(*args, home):
     return subprocess.run([CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu',
                            '--user-data-dir=%s' % (home / 'profile')] + list(args),
@@ -273,7 +248,7 @@ def test_html_page_renders_in_headless_chromium(stack, mode, tmp_path):
     url = 'http://127.0.0.1:%d/fpm-status?html&full' % one.port
     dom = chromium('--dump-dom', url, home=tmp_path)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    page = _Tables()
+    page = Tables()
     page.feed(dom.stdout.decode('utf-8', 'replace'))
     assert len(page.tables) == 2, dom.stdout[:2000]
     pool, processes = page.tables

@@ -17,13 +17,18 @@ JOIN_TIMEOUT = 10    # seconds a connection thread may take to end once its peer
 SOCKET_TIMEOUT = 10  # the test's end of the connection: a hung server fails, not blocks
 
 
+def use_twins(monkeypatch, backend, names):
+    """Run the connection on ``backend``'s twins of ``names`` (the names in flupfast._impl the
+    protocol's connection looks up)."""
+    for name in names:
+        monkeypatch.setattr(_impl, name, getattr(backend, name))
+
+
 def backend_fixture(*names):
-    """A ``use_backend`` fixture running the connection on ``backend``'s twins of ``names``
-    (the names in flupfast._impl the protocol's connection looks up)."""
+    """A ``use_backend`` fixture running the connection on ``backend``'s twins of ``names``."""
     @pytest.fixture
     def use_backend(backend, monkeypatch):
-        for name in names:
-            monkeypatch.setattr(_impl, name, getattr(backend, name))
+        use_twins(monkeypatch, backend, names)
         return backend
     return use_backend
 

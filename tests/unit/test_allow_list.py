@@ -139,7 +139,8 @@ def test_tcp_binds_default_to_loopback_as_flups(cls):
 
 def test_paste_and_fastcgi_defaults_are_loopback_or_inherited():
     for runner in (paste_factory.run_scgi_thread, paste_factory.run_scgi_fork,
-                   paste_factory.run_ajp_thread, paste_factory.run_ajp_fork):
+                   paste_factory.run_ajp_thread, paste_factory.run_ajp_fork,
+                   paste_factory.run_uwsgi_thread, paste_factory.run_uwsgi_fork):
         assert default(runner, 'host') == 'localhost'
     for cls in (fcgi.WSGIServer, fcgi_fork.WSGIServer, fcgi_single.WSGIServer):
         assert default(cls.__init__, 'bindAddress') is None  # the web server's socket, fd 0

@@ -2,7 +2,7 @@
 ``paste.server_runner`` entry point (flup's names: ``egg:flupfast#fcgi_thread`` ...), a
 subprocess loads it with ``loadserver``/``loadapp`` and serves, the test sends one request in
 the protocol. flup's runners all raise NameError on Python 3
-(known_differences 'paste-factory-py3').
+(known_differences 'paste-factory-py3'); the uwsgi runners (not in flup) take SCGI's keys.
 """
 import os
 import socket
@@ -14,7 +14,7 @@ import pytest
 
 from flupfast.server import NoDefault
 from flupfast.server import paste_factory as pf
-from tests import fcgi_client, scgi_client
+from tests import fcgi_client, scgi_client, uwsgi_client
 from tests.ajp_client import Response, read_container_packets, request_bytes
 from tests.apps import probe
 from tests.integration.backend_process import ROOT, free_port, wait_connectable
@@ -45,7 +45,8 @@ RUNNERS = {  # entry point name -> (protocol, runner)
     'fcgi_fork': ('fcgi', pf.run_fcgi_fork), 'scgi': ('scgi', pf.run_scgi_thread),
     'scgi_thread': ('scgi', pf.run_scgi_thread), 'scgi_fork': ('scgi', pf.run_scgi_fork),
     'ajp': ('ajp', pf.run_ajp_thread), 'ajp_thread': ('ajp', pf.run_ajp_thread),
-    'ajp_fork': ('ajp', pf.run_ajp_fork),
+    'ajp_fork': ('ajp', pf.run_ajp_fork), 'uwsgi': ('uwsgi', pf.run_uwsgi_thread),
+    'uwsgi_thread': ('uwsgi', pf.run_uwsgi_thread), 'uwsgi_fork': ('uwsgi', pf.run_uwsgi_fork),
 }
 
 
@@ -53,6 +54,7 @@ def test_entry_points_are_flups_names():
     from importlib.metadata import entry_points
     found = {ep.name: ep.value for ep in entry_points(group='paste.server_runner')
              if ep.value.startswith('flupfast.')}
+    # The installed metadata's: after editing pyproject.toml's list, reinstall to see it here.
     assert found == {name: 'flupfast.server.paste_factory:%s' % runner.__name__
                      for name, (_, runner) in RUNNERS.items()}
 
@@ -95,9 +97,10 @@ def fetch(protocol, address, path):
     with socket.socket(family) as sock:
         sock.settimeout(20)
         sock.connect(address)
-        if protocol == 'scgi':
-            sock.sendall(scgi_client.request_bytes(path))
-            status, headers, body = scgi_client.parse_response(scgi_client.read_all(sock))
+        if protocol in ('scgi', 'uwsgi'):
+            client = scgi_client if protocol == 'scgi' else uwsgi_client
+            sock.sendall(client.request_bytes(path))
+            status, headers, body = client.parse_response(client.read_all(sock))
             return int(status[:3]), {k.decode(): v.decode('latin-1') for k, v in headers}, body
         sock.sendall(request_bytes('GET', path))
         buf, packets = b'', []

@@ -216,6 +216,15 @@ def run_child_loop(tmp_path, max_requests, allowed=lambda addr: True, loop=serve
     return listen, parent, child, thread
 
 
+def stop_child_loop(listen, parent, child, thread):
+    """Close the parent's end (the child exits at its EOF), then the rest."""
+    parent.close()
+    thread.join(10)
+    assert not thread.is_alive()
+    listen.sock.close()
+    child.close()
+
+
 def test_child_counts_requests_not_connections(tmp_path, child_loop):
     listen, parent, child, thread = run_child_loop(tmp_path, max_requests=3, loop=child_loop)
     try:
@@ -268,11 +277,7 @@ def test_unlimited_child_tells_job_none(tmp_path, child_loop):
         # sockTimeout > 0 is the accepted socket's timeout (flup made the listener blocking).
         assert CountingJob.seen_timeouts == [5.0]
     finally:
-        parent.close()
-        thread.join(10)
-        assert not thread.is_alive()
-        listen.sock.close()
-        child.close()
+        stop_child_loop(listen, parent, child, thread)
 
 
 def test_notify_parent_reports_a_gone_parent():
@@ -294,15 +299,21 @@ def _wait_for(predicate):
     return False
 
 
-def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
+def run_board_child(tmp_path, loop, size, min_spare):
+    """A child loop reporting in slot 3 of a ``size``-byte board (``min_spare``, max_spare 5),
+    its sibling in slot 0 idle: (shared, listen, parent, child, thread)."""
     import mmap
     from flupfast.serving.prefork import SLOT_UNREPORTED, ChildBoard
-    shared = mmap.mmap(-1, 8)
-    shared[0] = STATUS_IDLE[0]  # a sibling idle: going busy leaves min_spare=1 idle
+    shared = mmap.mmap(-1, size)
+    shared[0] = STATUS_IDLE[0]
     shared[3] = SLOT_UNREPORTED
-    board = ChildBoard(shared, 3, 1, 5)
-    listen, parent, child, thread = run_child_loop(tmp_path, 0, loop=child_loop, timeout=None,
-                                                   board=board)
+    board = ChildBoard(shared, 3, min_spare, 5)
+    return (shared,) + run_child_loop(tmp_path, 0, loop=loop, timeout=None, board=board)
+
+
+def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
+    # the idle sibling: going busy leaves min_spare=1 idle
+    shared, listen, parent, child, thread = run_board_child(tmp_path, child_loop, 8, 1)
     try:
         assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
         assert listen.request(2) == [b"ok\n", b"ok\n"]
@@ -325,11 +336,7 @@ def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
         assert listen.request(1) == [b"ok\n"]
         assert recv_exact(parent, 1) == STATUS_IDLE
     finally:
-        parent.close()  # the child exits at the parent's EOF
-        thread.join(10)
-        assert not thread.is_alive()
-        listen.sock.close()
-        child.close()
+        stop_child_loop(listen, parent, child, thread)
 
 
 def _assert_no_report(parent):
@@ -343,14 +350,8 @@ def _assert_no_report(parent):
 def test_board_child_wakes_the_parent_at_a_crossing_not_past_it(tmp_path, child_loop):
     """Past a line (below min_spare but some idle; above max_spare + 1) the parent, which
     reads the whole board when it wakes, was told already: no wake-up per request."""
-    import mmap
-    from flupfast.serving.prefork import SLOT_UNREPORTED, ChildBoard
-    shared = mmap.mmap(-1, 16)
-    shared[0] = STATUS_IDLE[0]  # one idle sibling: busy leaves 1 idle, min_spare 3
-    shared[3] = SLOT_UNREPORTED
-    board = ChildBoard(shared, 3, 3, 5)
-    listen, parent, child, thread = run_child_loop(tmp_path, 0, loop=child_loop, timeout=None,
-                                                   board=board)
+    # one idle sibling: busy leaves 1 idle, min_spare 3
+    shared, listen, parent, child, thread = run_board_child(tmp_path, child_loop, 16, 3)
     try:
         assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
         parent.setblocking(False)
@@ -373,11 +374,7 @@ def test_board_child_wakes_the_parent_at_a_crossing_not_past_it(tmp_path, child_
         parent.setblocking(True)
         assert recv_exact(parent, 1) == STATUS_BUSY
     finally:
-        parent.close()
-        thread.join(10)
-        assert not thread.is_alive()
-        listen.sock.close()
-        child.close()
+        stop_child_loop(listen, parent, child, thread)
 
 
 def test_parent_reads_board_and_falls_back_to_status_bytes():

@@ -1,102 +1,66 @@
-"""The SCGI connection, request and gateway over socketpairs, on both backends: flup's
-responses byte for byte, wsgi.input bounded by CONTENT_LENGTH, sendfile for file_wrapper,
-PATH_INFO, scriptName rules, allowedServers, and every kind of bad input (a clear log line,
-the connection closed, the next one served).
+"""The SCGI and uwsgi connection, request and gateway over socketpairs, on both backends: what
+the two protocols share (one connection, two codecs) runs once per protocol through the
+``harness`` fixture: responses byte for byte (flup's for SCGI), wsgi.input bounded by
+CONTENT_LENGTH, sendfile for file_wrapper, PATH_INFO, the 500 page, and every kind of bad input
+(a clear log line, the connection closed, the next one served). SCGI only: scriptName rules,
+allowedServers, the header netstring; uwsgi only: test_uwsgi_connection.py.
 """
 import hashlib
 import io
 import logging
 import re
 import socket
-import sys
 import threading
 
 import pytest
 
 from flupfast import connection as connection_module
 from flupfast.gateway import ERROR_BODY
+from flupfast.protocols.uwsgi import encode_request as uwsgi_request
 from flupfast.server import NoDefault, scgi_base
-from tests.scgi_client import encode_request, parse_response, read_all, request_bytes
-from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo, hello,
-                                          read_until_reset)
+from tests.scgi_client import encode_request, read_all, request_bytes
+from tests.unit.connection_harness import backend_fixture, echo, hello, read_until_reset
+from tests.unit.scgi_harness import SCGIHarness as Harness
+from tests.unit.scgi_harness import environ_app, protocol_fixture
 
 
-use_backend = backend_fixture('decode_scgi_request', 'InputStream', 'open_scgi_body')
+use_backend = backend_fixture(*Harness.twins)
+harness = protocol_fixture()
 
 
-class Harness(ConnectionHarness):
-    """A BaseSCGIServer whose connections run in threads over socketpairs."""
-
-    connection_class = scgi_base.Connection
-
-    def __init__(self, app, **kwargs):
-        kwargs.setdefault('allowedServers', None)
-        super().__init__(scgi_base.BaseSCGIServer(app, **kwargs))
-
-    def raw(self, data, shut=True):
-        """Send ``data`` (in a thread: it may exceed the socket buffer), read to EOF."""
-        with self.connect() as sock:
-            sender = threading.Thread(target=self._send, args=(sock, data, shut))
-            sender.start()
-            try:
-                return read_all(sock)
-            finally:
-                sender.join(10)
-
-    @staticmethod
-    def _send(sock, data, shut):
-        try:
-            sock.sendall(data)
-            if shut:
-                sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the server may close first (bad input)
-
-    def request(self, *args, **kw):
-        shut = kw.pop('shut', False)  # like a web server: the write side stays open
-        return parse_response(self.raw(request_bytes(*args, **kw), shut=shut))
-
-
-def environ_app(environ, start_response):
-    start_response('200 OK', [])
-    keys = ('PATH_INFO', 'QUERY_STRING', 'SCRIPT_NAME', 'REQUEST_URI', 'SCGI',
-            'wsgi.url_scheme', 'wsgi.multithread', 'wsgi.multiprocess', 'wsgi.run_once')
-    shown = {k: environ.get(k) for k in keys}
-    shown['errors is stderr'] = environ['wsgi.errors'] is sys.stderr
-    shown['file_wrapper'] = environ.get('wsgi.file_wrapper') is not None
-    return [repr(shown).encode('utf-8')]
-
-
-def test_hello_is_flups_response_byte_for_byte_and_the_connection_closes(use_backend):
-    h = Harness(hello)
-    raw = h.raw(request_bytes('/'), shut=False)
-    assert raw == (b'Status: 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\n'
+def test_hello_is_flups_response_byte_for_byte_and_the_connection_closes(harness):
+    """SCGI: flup's response; uwsgi: the same after an HTTP status line."""
+    h = harness(hello)
+    raw = h.raw(h.request_bytes('/'), shut=False)
+    assert raw == (h.head + b'200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\n'
                    b'Hello world!\n')
     h.join()
     assert h.served == [1]
 
 
-def test_environ(use_backend):
-    h = Harness(environ_app)
+def test_environ(harness):
+    """uwsgi's environ is SCGI's, without the SCGI variable nginx's uwsgi_params do not send."""
+    h = harness(environ_app)
     _, _, body = h.request('/a/b?x=1', extra=[('HTTPS', 'on')])
     env = eval(body)
     assert env == {'PATH_INFO': '/a/b', 'QUERY_STRING': 'x=1', 'SCRIPT_NAME': '',
-                   'REQUEST_URI': '/a/b?x=1', 'SCGI': '1', 'wsgi.url_scheme': 'https',
+                   'REQUEST_URI': '/a/b?x=1', 'REQUEST_METHOD': 'GET', 'CONTENT_LENGTH': '0',
+                   'SCGI': '1' if harness is Harness else None, 'wsgi.url_scheme': 'https',
                    'wsgi.multithread': True, 'wsgi.multiprocess': False,
                    'wsgi.run_once': False, 'errors is stderr': True, 'file_wrapper': True}
 
 
 @pytest.mark.parametrize('size', [0, 1, 65536, 3 << 20])
-def test_upload_is_read_whole_and_exactly(use_backend, size):
+def test_upload_is_read_whole_and_exactly(harness, size):
     data = bytes(range(256)) * (size // 256) + b'x' * (size % 256)
-    h = Harness(echo)
+    h = harness(echo)
     status, _, body = h.request('/', method='POST', body=data)
     assert status == b'200 OK'
     assert body == hashlib.sha256(data).hexdigest().encode() + b' %d' % size
 
 
 @pytest.mark.parametrize('reader', ['read', 'readline', 'iter', 'read_more'])
-def test_input_ends_at_content_length_while_the_socket_stays_open(use_backend, reader):
+def test_input_ends_at_content_length_while_the_socket_stays_open(harness, reader):
     # flup hands the app the socket: here each reader would wait for the web server to
     # give up, because the last line has no newline and the socket is not closed.
     def app(environ, start_response):
@@ -117,7 +81,7 @@ def test_input_ends_at_content_length_while_the_socket_stays_open(use_backend, r
             data = stream.read(1000) + stream.read(5)
         start_response('200 OK', [])
         return [data]
-    h = Harness(app)
+    h = harness(app)
     _, _, body = h.request('/', method='POST', body=b'one\ntwo\nno newline')
     expected = {'read': b'one\ntwo\nno newline', 'read_more': b'one\ntwo\nno newline',
                 'readline': b'one\n|two\n|no newline', 'iter': b'one\n|two\n|no newline'}
@@ -127,7 +91,7 @@ def test_input_ends_at_content_length_while_the_socket_stays_open(use_backend, r
 
 @pytest.mark.parametrize('arrival', ['with_header', 'after_the_app_reads'])
 @pytest.mark.parametrize('reader', ['read', 'readline', 'read_sized'])
-def test_input_never_reads_past_content_length_when_more_bytes_follow(use_backend, arrival,
+def test_input_never_reads_past_content_length_when_more_bytes_follow(harness, arrival,
                                                                      reader):
     # A web server (or a confused one) may send bytes beyond CONTENT_LENGTH: the app reads
     # exactly CONTENT_LENGTH bytes, whether the extra came in the header's receive or in the
@@ -147,9 +111,9 @@ def test_input_never_reads_past_content_length_when_more_bytes_follow(use_backen
             seen.extend([stream.read(3), stream.read(100), stream.read(100)])
         start_response('200 OK', [])
         return [b'done']
-    h = Harness(app)
-    wire = request_bytes('/', method='POST', body=b'he\nllo')
-    assert wire.endswith(b',he\nllo')
+    h = harness(app)
+    wire = harness.request_bytes('/', method='POST', body=b'he\nllo')
+    assert wire.endswith(b'he\nllo')
     with h.connect() as sock:
         if arrival == 'with_header':
             sock.sendall(wire + b'EXTRA\nMORE')
@@ -166,25 +130,25 @@ def test_input_never_reads_past_content_length_when_more_bytes_follow(use_backen
                     'read_sized': [b'he\n', b'llo', b'']}[reader]
 
 
-def test_a_result_of_two_items_arrives_whole_without_a_content_length(use_backend):
+def test_a_result_of_two_items_arrives_whole_without_a_content_length(harness):
     def app(environ, start_response):
         start_response('200 OK', [('content-type', 'text/plain')])
         return [b'abc', b'def']
-    raw = Harness(app).raw(request_bytes('/'), shut=False)
-    assert raw == b'Status: 200 OK\r\ncontent-type: text/plain\r\n\r\nabcdef'
+    raw = harness(app).raw(harness.request_bytes('/'), shut=False)
+    assert raw == harness.head + b'200 OK\r\ncontent-type: text/plain\r\n\r\nabcdef'
 
 
-def test_body_split_into_many_sends(use_backend):
-    h = Harness(echo)
-    wire = request_bytes('/', method='POST', body=b'abc' * 1000)
+def test_body_split_into_many_sends(harness):
+    h = harness(echo)
+    wire = harness.request_bytes('/', method='POST', body=b'abc' * 1000)
     with h.connect() as sock:
         for i in range(0, len(wire), 7):
             sock.sendall(wire[i:i + 7])
-        _, _, body = parse_response(read_all(sock))
+        _, _, body = harness.parse(read_all(sock))
     assert body.endswith(b' 3000')
 
 
-def test_unread_body_does_not_destroy_the_response(use_backend):
+def test_unread_body_does_not_destroy_the_response(harness):
     # A 4 MiB body the app never reads, over TCP (a socketpair loses nothing on close). A plain
     # close with unread bytes in the receive queue sends a reset and drops what of the response
     # is still in our send queue. So the client's receive buffer is kept small, the response
@@ -195,7 +159,7 @@ def test_unread_body_does_not_destroy_the_response(use_backend):
     def app(environ, start_response):
         start_response('200 OK', [])
         return [response]
-    h = Harness(app)
+    h = harness(app)
     with socket.create_server(('127.0.0.1', 0)) as listener:
         client = socket.socket()
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)
@@ -203,12 +167,12 @@ def test_unread_body_does_not_destroy_the_response(use_backend):
         client.connect(listener.getsockname())
         ours, _ = listener.accept()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 512 << 10)  # the response fits
-    conn = scgi_base.Connection(ours, '', h.server, None)
+    conn = harness.connection_class(ours, '', h.server, None)
     served = threading.Thread(target=conn.run, daemon=True)
     served.start()
     with client:
-        sender = threading.Thread(target=Harness._send, daemon=True,
-                                  args=(client, request_bytes('/', method='POST',
+        sender = threading.Thread(target=harness._send, daemon=True,
+                                  args=(client, harness.request_bytes('/', method='POST',
                                                               body=b'z' * (4 << 20)), True))
         sender.start()
         served.join(10)
@@ -218,13 +182,13 @@ def test_unread_body_does_not_destroy_the_response(use_backend):
             raw = read_all(client)
         except ConnectionResetError:
             raw = b'reset'
-    assert raw.endswith(response) and raw.startswith(b'Status: 200 OK\r\n')
+    assert raw.endswith(response) and raw.startswith(harness.head + b'200 OK\r\n')
 
 
-def test_client_gone_mid_body_is_one_warning_and_no_traceback(use_backend, caplog):
-    h = Harness(echo)
-    wire = request_bytes('/', method='POST', body=b'x' * 100, content_length=1000)
-    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+def test_client_gone_mid_body_is_one_warning_and_no_traceback(harness, caplog):
+    h = harness(echo)
+    wire = harness.request_bytes('/', method='POST', body=b'x' * 100, content_length=1000)
+    with caplog.at_level(logging.DEBUG, logger=harness.logger):
         raw = h.raw(wire, shut=True)
         h.join()
     assert raw == b''
@@ -234,12 +198,12 @@ def test_client_gone_mid_body_is_one_warning_and_no_traceback(use_backend, caplo
     assert warnings[0].exc_info is None
 
 
-def test_request_and_its_time_are_logged_as_flup_does(use_backend, caplog):
-    h = Harness(hello)
-    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+def test_request_and_its_time_are_logged_as_flup_does(harness, caplog):
+    h = harness(hello)
+    with caplog.at_level(logging.DEBUG, logger=harness.logger):
         h.request('/app/x', script_name='/app', path_info='/x')
         h.join()
-    lines = [r.getMessage() for r in caplog.records if r.name == 'scgi-wsgi']
+    lines = [r.getMessage() for r in caplog.records if r.name == harness.logger]
     assert lines[0] == 'GET /app/x'
     assert re.fullmatch(r'GET /app/x done \(\d+\.\d{3} secs\)', lines[-1]), lines
 
@@ -260,11 +224,11 @@ def test_client_gone_warning_names_the_request(use_backend, caplog, uri_keys, sh
     assert warning.startswith('POST %s: ' % shown) and 'still to come' in warning, warning
 
 
-def test_app_error_gives_flups_500_page(use_backend, caplog):
+def test_app_error_gives_flups_500_page(harness, caplog):
     def boom(environ, start_response):
         raise ValueError('boom')
-    h = Harness(boom)
-    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+    h = harness(boom)
+    with caplog.at_level(logging.ERROR, logger=harness.logger):
         status, headers, body = h.request('/')
     assert status == b'500 Internal Server Error'
     assert headers == [(b'Content-Type', b'text/html')]
@@ -280,14 +244,14 @@ def _late(environ, start_response):
 
 
 @pytest.mark.parametrize('tcp', [True, False], ids=['tcp', 'unix'])
-def test_error_after_the_first_chunk(use_backend, caplog, tcp):
-    """SCGI ends at EOF: over TCP the failed response ends with a reset, which nginx and
+def test_error_after_the_first_chunk(harness, caplog, tcp):
+    """SCGI (and uwsgi) ends at EOF: over TCP the failed response ends with a reset, which nginx and
     Apache report as a failed backend; over a Unix socket nothing can say it, the response
     ends at EOF as in flup (``truncated-response-signalled``). The traceback is logged once."""
-    h = Harness(_late)
-    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+    h = harness(_late)
+    with caplog.at_level(logging.ERROR, logger=harness.logger):
         with h.connect(tcp=tcp) as ours:
-            ours.sendall(request_bytes('/'))
+            ours.sendall(harness.request_bytes('/'))
             received, reset = read_until_reset(ours)
         h.join()
     outcome = 'reset' if reset else 'eof'
@@ -297,41 +261,41 @@ def test_error_after_the_first_chunk(use_backend, caplog, tcp):
         'Exception caught from handler']
 
 
-def test_error_after_the_first_chunk_reads_the_body_then_resets(use_backend, monkeypatch):
+def test_error_after_the_first_chunk_reads_the_body_then_resets(harness, monkeypatch):
     """mod_proxy_scgi sends the whole body before it reads the answer: the reset waits until
     the rest of the body is read (a reset meeting the sender mid-send loses the response),
     and no longer: CONTENT_LENGTH, not the drain's time limit, ends the wait."""
     monkeypatch.setattr(connection_module, 'RESET_DRAIN_SECONDS', 60)
     body = bytes(range(256)) * (16 << 10)  # 4 MiB: far more than the socket buffers hold
-    h = Harness(_late)
+    h = harness(_late)
     with h.connect(tcp=True) as ours:
-        ours.sendall(request_bytes('/', method='POST', body=body))  # fails if reset mid-body
+        ours.sendall(harness.request_bytes('/', method='POST', body=body))  # fails if reset mid-body
         # The write side stays open, as a web server's does: only the length ends the drain.
         _, reset = read_until_reset(ours)  # a socket timeout here: the drain did not stop
     h.join()
     assert reset
 
 
-def test_debug_error_page_shows_the_traceback(use_backend):
+def test_debug_error_page_shows_the_traceback(harness):
     def boom(environ, start_response):
         raise ValueError('visible boom')
-    h = Harness(boom, debug=True)
+    h = harness(boom, debug=True)
     status, _, body = h.request('/')
     assert status == b'500 Internal Server Error'
     assert b'visible boom' in body
 
 
-def test_write_callable_and_generator(use_backend):
+def test_write_callable_and_generator(harness):
     def app(environ, start_response):
         write = start_response('200 OK', [('X-A', 'b')])
         write(b'written ')
         yield b'yielded'
-    h = Harness(app)
+    h = harness(app)
     status, headers, body = h.request('/')
     assert (status, headers, body) == (b'200 OK', [(b'X-A', b'b')], b'written yielded')
 
 
-def test_file_wrapper_uses_sendfile_for_a_regular_file(use_backend, tmp_path, monkeypatch):
+def test_file_wrapper_uses_sendfile_for_a_regular_file(harness, tmp_path, monkeypatch):
     path = tmp_path / 'big.bin'
     content = bytes(range(256)) * 4096 * 3  # 3 MiB
     path.write_bytes(content)
@@ -348,20 +312,20 @@ def test_file_wrapper_uses_sendfile_for_a_regular_file(use_backend, tmp_path, mo
         f.seek(100)  # the file is sent from its current position
         start_response('200 OK', [('Content-Length', str(len(content) - 100))])
         return environ['wsgi.file_wrapper'](f, 65536)
-    h = Harness(app)
+    h = harness(app)
     status, headers, body = h.request('/')
     assert status == b'200 OK' and body == content[100:]
     assert sent == [100]
 
 
-def test_file_wrapper_over_a_non_file_iterates(use_backend, monkeypatch):
+def test_file_wrapper_over_a_non_file_iterates(harness, monkeypatch):
     monkeypatch.setattr(connection_module.Connection, 'send_file',
                         lambda self, f: pytest.fail('sendfile on a BytesIO'))
 
     def app(environ, start_response):
         start_response('200 OK', [])
         return environ['wsgi.file_wrapper'](io.BytesIO(b'in memory ' * 1000), 100)
-    h = Harness(app)
+    h = harness(app)
     assert h.request('/')[2] == b'in memory ' * 1000
 
 
@@ -375,15 +339,15 @@ def test_file_wrapper_over_a_non_file_iterates(use_backend, monkeypatch):
     (dict(uri='/app/x%20y', script_name='/app', path_info='/x y'), ('/app', '/x y')),
     (dict(uri='/app/x%20y', script_name='/app'), ('/app', '/x%20y')),
 ])
-def test_path_info(use_backend, kw, expected):
-    h = Harness(environ_app)
+def test_path_info(harness, kw, expected):
+    h = harness(environ_app)
     env = eval(h.request(**kw)[2])
     assert (env['SCRIPT_NAME'], env['PATH_INFO']) == expected
 
 
-def test_mismatched_script_name_warns_and_cuts_as_flup(use_backend, caplog):
-    h = Harness(environ_app)
-    with caplog.at_level(logging.WARNING, logger='scgi-wsgi'):
+def test_mismatched_script_name_warns_and_cuts_as_flup(harness, caplog):
+    h = harness(environ_app)
+    with caplog.at_level(logging.WARNING, logger=harness.logger):
         env = eval(h.request('/abc/def', script_name='/zzzz')[2])
     assert env['PATH_INFO'] == 'def'  # flup's blind cut at len(SCRIPT_NAME)
     assert 'SCRIPT_NAME does not match request URI' in caplog.text
@@ -442,16 +406,31 @@ BAD_REQUESTS = [
      'conflicting CONTENT_LENGTH'),
     (b'10:CONTENT_LE', 'closed inside the header netstring'),
 ]
+UWSGI_BAD_REQUESTS = [
+    (b'GET / HTTP/1.1\r\nHost: x\r\n\r\n', 'modifier1 71 is not served (only 0, a WSGI '
+                                          'request)'),
+    (uwsgi_request({'REQUEST_METHOD': 'GET'}, modifier1=5), 'modifier1 5 is not served'),
+    (b'\x00\x04\x00\x00\x01\x00A\x01', 'vars block ends inside the value size'),
+    (b'\x00\x03\x00\x00\x05\x00A', 'key of 5 bytes runs past the vars block'),
+    (b'\x00\x06\x00\x00\x00\x00\x01\x00xy', 'empty var name'),
+    (uwsgi_request({'CONTENT_LENGTH': 'x'}), "invalid CONTENT_LENGTH 'x'"),
+    (uwsgi_request([('CONTENT_LENGTH', '0'), ('CONTENT_LENGTH', '1')]),
+     'conflicting CONTENT_LENGTH'),
+    (b'\x00\x10\x00\x00\x0e\x00CONTENT_', 'closed inside the uwsgi packet header or vars'),
+    (b'\x00\x10', 'closed inside the uwsgi packet header or vars'),
+]
 
 
-@pytest.mark.parametrize('data, message', BAD_REQUESTS)
-def test_bad_input_is_logged_the_connection_closed_and_the_next_served(use_backend, caplog,
-                                                                      data, message):
-    h = Harness(hello)
-    with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
+@pytest.mark.parametrize('harness, data, message',
+                         [('scgi',) + bad for bad in BAD_REQUESTS] +
+                         [('uwsgi',) + bad for bad in UWSGI_BAD_REQUESTS], indirect=['harness'])
+def test_bad_input_is_logged_the_connection_closed_and_the_next_served(harness, caplog, data,
+                                                                      message):
+    h = harness(hello)
+    with caplog.at_level(logging.DEBUG, logger=harness.logger):
         assert h.raw(data, shut=True) == b''  # no response: nothing sensible to answer
         h.join()
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(errors) == 1 and message in errors[0].getMessage(), caplog.text
     assert errors[0].getMessage().startswith('Protocol error')
     assert errors[0].exc_info is None
@@ -490,9 +469,9 @@ def test_header_netstring_gathered_over_several_receives(use_backend, monkeypatc
         "Protocol error 'connection closed inside the header netstring (10 bytes received)'"]
 
 
-def test_a_connection_closed_before_any_byte_is_quiet(use_backend, caplog):
-    h = Harness(hello)
-    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+def test_a_connection_closed_before_any_byte_is_quiet(harness, caplog):
+    h = harness(hello)
+    with caplog.at_level(logging.DEBUG, logger=harness.logger):
         assert h.raw(b'', shut=True) == b''
         h.join()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

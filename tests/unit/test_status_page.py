@@ -9,7 +9,6 @@ import re
 import socket
 import threading
 import xml.etree.ElementTree as ET
-from html.parser import HTMLParser
 
 import pytest
 
@@ -18,6 +17,7 @@ from flupfast import ops
 from flupfast.ops import Observers, status
 from flupfast.ops.slow_log import SlowLog
 from flupfast.ops.workers import PreforkWorkers, ThreadWorkers, listen_queue
+from tests.html_tables import Tables
 
 ENVIRON = {'REQUEST_METHOD': 'POST', 'REQUEST_URI': '/up?x="1"&y=<2>', 'CONTENT_LENGTH': '12',
            'REMOTE_USER': 'ann', 'SCRIPT_FILENAME': '/srv/app.py', 'SCRIPT_NAME': '',
@@ -81,29 +81,6 @@ def test_xml_tags_are_the_names_with_dashes():
     assert [c.tag for c in process] == [n.replace(' ', '-') for n in status.PROCESS_FIELDS]
     assert process.find('request-uri').text == '/up?x="1"&y=<2>'
     assert ET.fromstring(status.render(fields, processes, 'xml')).find('processes') is None
-
-
-class Tables(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.tables, self.cell = [], None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == 'table':
-            self.tables.append([])
-        elif tag == 'tr':
-            self.tables[-1].append([])
-        elif tag in ('th', 'td'):
-            self.cell = ''
-
-    def handle_endtag(self, tag):
-        if tag in ('th', 'td'):
-            self.tables[-1][-1].append(self.cell)
-            self.cell = None
-
-    def handle_data(self, data):
-        if self.cell is not None:
-            self.cell += data
 
 
 def test_html_has_the_pool_table_and_the_process_table():
