@@ -5,6 +5,7 @@ or leaves (the message names the stream), and the peer named in the protocol-err
 import errno
 import logging
 import socket
+import struct
 import threading
 
 import pytest
@@ -423,3 +424,69 @@ def test_open_requests_are_capped_at_the_limit(use_backend, monkeypatch):
     assert [(kind, rid) for kind, rid, _ in answers] == [
         (f.FCGI_END_REQUEST, 3), (f.FCGI_GET_VALUES_RESULT, 0)]
     assert answers[0][2] == bytes(4) + bytes((f.FCGI_OVERLOADED,)) + bytes(3)
+
+
+def test_unknown_records_are_one_warning_each_word_for_word(use_backend, caplog):
+    h = Harness(hello)
+    with caplog.at_level(logging.WARNING, logger='flupfast'):
+        with h.connect() as sock:
+            sock.sendall(f.encode_record(42, 0, b'') + f.encode_record(43, 5, b'x')
+                         + request_bytes('/'))
+            assert read_response(sock).status == 200
+        h.join()
+    assert [r.getMessage() for r in caplog.records if r.name == 'flupfast'] == [
+        'FastCGI: unknown management record type 42 from unix socket',
+        'FastCGI: ignoring record of unknown type 43 for request 5 from unix socket']
+
+
+@pytest.mark.parametrize('failure', ['timeout', 'reset'])
+def test_a_failed_receive_is_logged_unless_the_peer_left(use_backend, caplog, failure):
+    """A receive that fails for another reason than the web server leaving (here the socket's
+    timeout) is one line with the traceback; a reset is the web server leaving: quiet."""
+    h = Harness(hello)
+    ours, theirs, address = tcp_pair()
+    if failure == 'timeout':
+        theirs.settimeout(0.01)  # the web server never sends
+    conn = h.connection_class(theirs, address, h.server, None)
+    with caplog.at_level(logging.DEBUG, logger='flupfast'):
+        thread = threading.Thread(target=conn.run, daemon=True)
+        thread.start()
+        if failure == 'reset':
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+        else:
+            thread.join(SOCKET_TIMEOUT)
+        ours.close()
+        thread.join(SOCKET_TIMEOUT)
+    lines = [(r.getMessage(), bool(r.exc_info)) for r in caplog.records if r.name == 'flupfast']
+    if failure == 'timeout':
+        assert lines == [('FastCGI connection from %s:%s failed' % address[:2], True)]
+    else:
+        assert lines == []
+
+
+def test_a_multiplexed_connection_at_eof_waits_for_its_running_requests(use_backend,
+                                                                        monkeypatch):
+    """The web server half-closes mid-body: the request's read raises ClientDisconnected, and
+    what the request still sends reaches the web server before the connection closes."""
+    escaped = []
+    monkeypatch.setattr(threading, 'excepthook', lambda args: escaped.append(args.exc_value))
+    seen = []
+
+    def handler(request):
+        try:
+            request.stdin.read()
+        except Exception as exc:
+            seen.append(type(exc).__name__)
+        request.stdout.write(b'Status: 200 OK\r\n\r\nbye')
+        return f.FCGI_REQUEST_COMPLETE, 0
+    h = Harness(hello, multiplexed=True)
+    h.server.handler = handler
+    head, _ = request_bytes('/', body=b'b' * 1000, keep_conn=True, split=True)
+    with h.connect() as sock:
+        sock.sendall(head + f.encode_record(f.FCGI_STDIN, 1, b'part'))
+        sock.shutdown(socket.SHUT_WR)
+        resp = read_response(sock)
+        assert read_to_eof(sock) == b''
+    h.join()
+    assert seen == ['ClientDisconnected'] and escaped == []
+    assert resp.body == b'bye' and resp.end == (0, f.FCGI_REQUEST_COMPLETE)
