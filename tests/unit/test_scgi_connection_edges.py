@@ -265,3 +265,17 @@ def test_a_body_byte_still_on_the_way_is_read_after_the_response(use_backend):
         ours.sendall(wire[-1:])  # EPIPE if the server closed instead
         ours.shutdown(socket.SHUT_WR)
         h.join()
+
+
+def test_a_tcp_connection_is_logged_starting_and_shutting_down(use_backend, caplog):
+    """flup's DEBUG lines name the web server's address over TCP."""
+    h = Harness(hello)
+    with caplog.at_level(logging.DEBUG, logger='scgi-wsgi'):
+        with h.connect(tcp=True) as ours:
+            address = '%s:%d' % ours.getsockname()
+            ours.sendall(request_bytes('/'))
+            read_all(ours)
+        h.join()
+    lines = _scgi_lines(caplog)
+    assert lines[0] == 'Connection starting up (%s)' % address
+    assert lines[-1] == 'Connection shutting down (%s)' % address
