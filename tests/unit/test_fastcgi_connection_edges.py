@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from flupfast.protocols import fastcgi as f
+from flupfast.serving.job import END, PARK, WAIT
 from tests.fcgi_client import read_response, request_bytes
 from tests.unit.connection_harness import (SOCKET_TIMEOUT, hello, read_to_eof,
                                           read_until_reset, tcp_pair)
@@ -490,3 +491,85 @@ def test_a_multiplexed_connection_at_eof_waits_for_its_running_requests(use_back
     h.join()
     assert seen == ['ClientDisconnected'] and escaped == []
     assert resp.body == b'bye' and resp.end == (0, f.FCGI_REQUEST_COMPLETE)
+
+
+# -- record sizes ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('maxwrite, content', [(65536, 65528), (8, 8)])
+def test_stdout_records_are_as_large_as_maxwrite_allows(use_backend, maxwrite, content):
+    """Records carry ``maxwrite`` less the header, in multiples of 8 (so only a stream's last
+    record is padded), 8 at the least."""
+    body = bytes(range(256)) * 800  # 204800 bytes
+
+    def app(environ, start_response):
+        start_response('200 OK', [('Content-Length', str(len(body)))])
+        return [body]
+    h = Harness(app)
+    h.server.maxwrite = maxwrite
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/'))
+        data = read_to_eof(sock)
+    h.join()
+    sizes = [len(payload) for kind, _, payload in f.FastCGIParser().feed(data)
+             if kind == f.FCGI_STDOUT]
+    assert max(sizes) == content and sizes[-1] == 0
+    assert sum(sizes[:-1]) > len(body) and sizes[-2] <= content
+
+
+# -- the wait between KEEP_CONN requests (serving/job.py's contract) ---------------------------------
+
+def _contract_connection(answers):
+    """A connection over a socketpair whose ``on_idle`` records (job is conn, idle, parkable)
+    and answers from ``answers`` (then WAIT); returns (conn, our socket, seen, busy)."""
+    seen, busy = [], []
+    h = Harness(hello)
+    ours, theirs = socket.socketpair()
+    ours.settimeout(SOCKET_TIMEOUT)
+    conn = h.connection_class(theirs, None, h.server, None)
+    answers = list(answers)
+
+    def on_idle(job, parkable):
+        seen.append((job is conn, job.idle, parkable))
+        return answers.pop(0) if answers else WAIT
+    conn.on_idle = on_idle
+
+    def app(environ, start_response):
+        busy.append(conn.idle)
+        return hello(environ, start_response)
+    h.server.application = app
+    return conn, ours, seen, busy
+
+
+def test_a_wait_between_requests_is_idle_and_parkable_only_with_nothing_buffered(use_backend):
+    """The first request is not waited for idly; between KEEP_CONN requests the connection
+    is idle, and parkable unless part of the next record is already read."""
+    conn, sock, seen, busy = _contract_connection([])
+    thread = threading.Thread(target=lambda: busy.append(('served', conn.run())), daemon=True)
+    thread.start()
+    with sock:
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert read_response(sock).status == 200
+        nxt = request_bytes('/', keep_conn=True)
+        sock.sendall(nxt[:3])  # part of a record header: the parser holds it
+        for _ in range(1000):  # until the connection waits again, with those 3 bytes read
+            if len(seen) == 2:
+                break
+            thread.join(0.01)
+        sock.sendall(nxt[3:])
+        assert read_response(sock).status == 200
+    thread.join(SOCKET_TIMEOUT)
+    assert seen == [(True, True, True), (True, True, False), (True, True, True)]
+    assert busy == [False, False, ('served', 2)] and not conn.idle
+
+
+def test_a_parked_connection_resumes_without_asking_again(use_backend):
+    conn, sock, seen, busy = _contract_connection([PARK, END])
+    with sock:
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert conn.run() == 1 and conn.parked and not conn.idle
+        assert read_response(sock).status == 200
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert conn.run() == 2 and not conn.parked and not conn.idle
+        assert read_response(sock).status == 200
+        assert read_to_eof(sock) == b''
+    assert seen == [(True, True, True), (True, True, True)] and busy == [False, False]
