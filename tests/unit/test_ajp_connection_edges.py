@@ -444,6 +444,7 @@ def test_a_wait_between_requests_is_idle_and_parkable_only_with_nothing_buffered
     """A new connection's first wait is not idle (its request is on the way) and not
     parkable; later waits are idle, and parkable unless the next request is already read."""
     conn, web, seen, busy = _contract_connection(hello, [])
+    assert not conn.idle  # a new connection's first request is on the way: a stop waits
     thread = threading.Thread(target=lambda: busy.append(('served', conn.run())), daemon=True)
     thread.start()
     assert web.exchange(request_bytes('GET', '/')).status == 200

@@ -544,6 +544,7 @@ def test_a_wait_between_requests_is_idle_and_parkable_only_with_nothing_buffered
     """The first request is not waited for idly; between KEEP_CONN requests the connection
     is idle, and parkable unless part of the next record is already read."""
     conn, sock, seen, busy = _contract_connection([])
+    assert not conn.idle  # a new connection's first request is on the way: a stop waits
     thread = threading.Thread(target=lambda: busy.append(('served', conn.run())), daemon=True)
     thread.start()
     with sock:
