@@ -64,11 +64,13 @@ def _reading_handler(stream_name, seen, read=True):
     return handler
 
 
+@pytest.mark.parametrize('multiplexed', [False, True], ids=['one', 'multiplexed'])
 @pytest.mark.parametrize('stream_name, record_type, name', [
     ('stdin', f.FCGI_STDIN, 'STDIN'), ('data', f.FCGI_DATA, 'DATA')])
-def test_an_abort_mid_stream_names_the_stream(use_backend, stream_name, record_type, name):
+def test_an_abort_mid_stream_names_the_stream(use_backend, stream_name, record_type, name,
+                                              multiplexed):
     seen = []
-    h = Harness(hello)
+    h = Harness(hello, multiplexed=multiplexed)
     h.server.handler = _reading_handler(stream_name, seen)
     head, _ = request_bytes('/', body=b'x' * 10, role=f.FCGI_FILTER, split=True)
     with h.connect() as sock:
@@ -367,6 +369,8 @@ def test_a_list_result_leaves_in_one_send(use_backend, monkeypatch):
 # -- multiplexed requests' threads and the cap on open requests -----------------------------------
 
 def test_a_multiplexed_request_runs_in_its_own_named_daemon_thread(use_backend):
+    """Daemon even when the connection runs in a non-daemon thread (the single mode's main
+    thread, here the test's): a request left running must not keep the process alive."""
     seen = []
 
     def app(environ, start_response):
@@ -374,11 +378,31 @@ def test_a_multiplexed_request_runs_in_its_own_named_daemon_thread(use_backend):
         seen.append((thread.name, thread.daemon))
         return hello(environ, start_response)
     h = Harness(app, multiplexed=True)
-    with h.connect() as sock:
-        sock.sendall(request_bytes('/', request_id=7))
-        assert read_response(sock, request_id=7).status == 200
-    h.join()
+    ours, theirs = socket.socketpair()
+    ours.settimeout(SOCKET_TIMEOUT)
+    conn = h.connection_class(theirs, None, h.server, None)
+    with ours:
+        ours.sendall(request_bytes('/', request_id=7))
+        ours.shutdown(socket.SHUT_WR)
+        assert conn.run() == 1
+        assert read_response(ours, request_id=7).status == 200
     assert seen == [('flupfast-fcgi-7', True)]
+
+
+def test_the_handler_sees_flups_request_attributes(use_backend):
+    seen = []
+
+    def handler(request):
+        seen.append((request.requestId, request.role, request.flags, request.keep_conn))
+        request.stdout.write(b'Status: 200 OK\r\n\r\n')
+        return f.FCGI_REQUEST_COMPLETE, 0
+    h = Harness(hello)
+    h.server.handler = handler
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', request_id=9, keep_conn=True))
+        assert read_response(sock, request_id=9).end == (0, f.FCGI_REQUEST_COMPLETE)
+    h.join()
+    assert seen == [(9, f.FCGI_RESPONDER, f.FCGI_KEEP_CONN, True)]
 
 
 def test_a_thread_that_cannot_start_is_answered_overloaded(use_backend, caplog, monkeypatch):
