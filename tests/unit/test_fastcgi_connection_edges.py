@@ -101,11 +101,19 @@ def test_a_web_server_gone_mid_stream_names_the_stream(use_backend, stream_name,
 
 # -- the peer in the log line ------------------------------------------------------------------
 
-@pytest.mark.parametrize('tcp', [True, False], ids=['tcp', 'unix'])
+def _tcp6_pair():
+    with socket.create_server(('::1', 0), family=socket.AF_INET6) as listener:
+        ours = socket.create_connection(listener.getsockname()[:2])
+        theirs, address = listener.accept()
+    return ours, theirs, address
+
+
+@pytest.mark.parametrize('tcp', ['tcp', 'tcp6', ''], ids=['tcp', 'tcp6', 'unix'])
 def test_a_protocol_error_names_the_peer(use_backend, caplog, tcp):
+    """host:port over TCP (an IPv6 peer's address is a 4-tuple), else 'unix socket'."""
     h = Harness(hello)
     if tcp:
-        ours, theirs, address = tcp_pair()
+        ours, theirs, address = tcp_pair() if tcp == 'tcp' else _tcp6_pair()
         peer = '%s:%s' % address[:2]
     else:
         (ours, theirs), peer = socket.socketpair(), 'unix socket'
@@ -303,20 +311,35 @@ def test_served_counts_every_request_and_max_requests_ends_the_connection(use_ba
 
 def test_a_failed_response_counts_as_served_and_ends_at_its_last_record(use_backend):
     """With KEEP_CONN over a Unix socket the early EOF alone says the response failed:
-    nothing follows the traceback's records."""
+    nothing follows the traceback's records. The failed request counts as served."""
     def late(environ, start_response):
         start_response('200 OK', [])
         yield b'first'
-        raise RuntimeError('late')
+        if environ['PATH_INFO'] == '/fail':
+            raise RuntimeError('late')
     h = Harness(late)
     with h.connect() as sock:
-        sock.sendall(request_bytes('/', keep_conn=True))
+        sock.sendall(request_bytes('/ok', keep_conn=True))
+        assert read_response(sock).body == b'first'
+        sock.sendall(request_bytes('/fail', keep_conn=True))
         data = read_to_eof(sock)
     h.join()
     parser = f.FastCGIParser()
     records = parser.feed(data)
     assert not parser.pending and records[-1][0] == f.FCGI_STDERR
-    assert h.served == [1]
+    assert h.served == [2]
+
+
+def test_an_input_stream_read_after_its_request_ended_is_at_eof(use_backend):
+    kept = []
+
+    def handler(request):
+        kept.append(request.stdin)
+        request.stdout.write(b'Status: 200 OK\r\n\r\n')
+        return f.FCGI_REQUEST_COMPLETE, 0
+    resp = _handler_response(handler)
+    assert resp.status == 200
+    assert kept[0].read(10) == b''
 
 
 def test_a_request_received_whole_is_closed_not_lingered(use_backend):
