@@ -53,11 +53,15 @@ def test_overloaded_answers_503_without_reuse_and_closes_cleanly(use_backend, wi
     h = Harness(hello)
     ours, theirs = socket.socketpair()
     ours.settimeout(SOCKET_TIMEOUT)
+    refusing = threading.Thread(
+        target=h.connection_class(theirs, '', h.server, None).refuse_overloaded, daemon=True)
     with ours:
-        ours.sendall(wire)  # the web server's write side stays open
-        h.connection_class(theirs, '', h.server, None).refuse_overloaded()
+        ours.sendall(wire)  # the web server's write side stays open until the answer came
+        refusing.start()
         packets = _read_packets(ours, 'end')
+        ours.shutdown(socket.SHUT_WR)  # ends the lingering close's wait
         assert ours.recv(1) == b''  # closed, not reset
+        refusing.join(SOCKET_TIMEOUT)
     r = Response(packets)
     assert r.cpongs == (1 if wire.startswith(CPING) else 0)
     assert (r.status, r.reason, r.reuse) == (503, b'Service Unavailable', False)

@@ -25,12 +25,16 @@ def test_overloaded_answers_503_then_end_request_overloaded(use_backend):
     ours, theirs = socket.socketpair()
     ours.settimeout(SOCKET_TIMEOUT)
     names = f.encode_params([('FCGI_MPXS_CONNS', '')])
+    refusing = threading.Thread(
+        target=h.connection_class(theirs, None, h.server, None).refuse_overloaded, daemon=True)
     with ours:
         ours.sendall(f.encode_record(f.FCGI_GET_VALUES, 0, names)
                      + request_bytes('/', request_id=5))
-        h.connection_class(theirs, None, h.server, None).refuse_overloaded()
+        refusing.start()
         resp = read_response(ours, request_id=5)
+        ours.shutdown(socket.SHUT_WR)  # ends the lingering close's wait
         assert read_to_eof(ours) == b''
+        refusing.join(SOCKET_TIMEOUT)
     assert resp.end == (0, f.FCGI_OVERLOADED)
     assert resp.records == [f.FCGI_GET_VALUES_RESULT, f.FCGI_STDOUT, f.FCGI_STDOUT,
                             f.FCGI_END_REQUEST]
