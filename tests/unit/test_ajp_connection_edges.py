@@ -15,11 +15,18 @@ from flupfast import _impl
 from flupfast.limits import AJP_DEFAULT_PACKET
 from flupfast.protocols import ajp
 from flupfast.serving.job import END, PARK, WAIT
-from tests.ajp_client import (CPING, Response, body_packet, forward_request, packet,
-                              read_container_packets, request_bytes)
+from tests.ajp_client import (
+    CPING,
+    Response,
+    body_packet,
+    forward_request,
+    packet,
+    read_container_packets,
+    request_bytes,
+)
 from tests.unit.connection_harness import SOCKET_TIMEOUT, ConnectionHarness, echo, hello
-from tests.unit.test_ajp_connection import (Harness, WebServer,  # noqa: F401 (fixture)
-                                            use_backend)
+from tests.unit.deadline_helpers import LONG, expire_armed_deadlines, stuck_app
+from tests.unit.test_ajp_connection import Harness, WebServer, use_backend  # noqa: F401 (fixture)
 
 
 def _lines(caplog):
@@ -367,19 +374,18 @@ def test_a_failed_response_counts_as_served(use_backend, caplog):
 def test_a_request_past_its_timeout_is_reported_and_answered_500(use_backend, caplog):
     """The fork servers' per-request ``timeout``: "Timeout Exceeded" on ``ajp-wsgi`` and
     TimeoutException in the app, which gets the 500 page. The app loops until it comes."""
-    def stuck(environ, start_response):
-        release = threading.Event()
-        while not release.wait(0.01):
-            pass
-    h = Harness(stuck)
+    started = threading.Event()
+    h = Harness(stuck_app(started))
     ours, theirs = socket.socketpair()
     ours.settimeout(SOCKET_TIMEOUT)
-    conn = h.connection_class(theirs, '', h.server, 0.05)
+    conn = h.connection_class(theirs, '', h.server, LONG)
     with caplog.at_level(logging.ERROR, logger='ajp-wsgi'):
         thread = threading.Thread(target=conn.run, daemon=True)
         thread.start()
         with ours:
             ours.sendall(request_bytes('GET', '/'))
+            assert started.wait(SOCKET_TIMEOUT)
+            expire_armed_deadlines()
             r = Response(_read_packets(ours, 'end'))
         thread.join(SOCKET_TIMEOUT)
     assert r.status == 500

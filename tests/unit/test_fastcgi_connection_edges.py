@@ -11,10 +11,9 @@ import pytest
 
 from flupfast.protocols import fastcgi as f
 from tests.fcgi_client import read_response, request_bytes
-from tests.unit.connection_harness import (SOCKET_TIMEOUT, hello, read_to_eof,
-                                          read_until_reset, tcp_pair)
+from tests.unit.connection_harness import SOCKET_TIMEOUT, hello, read_to_eof, read_until_reset, tcp_pair
+from tests.unit.deadline_helpers import LONG, expire_armed_deadlines, stuck_app
 from tests.unit.test_fastcgi_connection import Harness, use_backend  # noqa: F401 (fixture)
-
 
 # -- the refusal when no worker is free --------------------------------------------------------
 
@@ -256,17 +255,16 @@ def test_a_request_past_its_timeout_is_reported_on_stderr_and_answered_500(use_b
     """The fork servers' per-request ``timeout``: "Timeout Exceeded" and the stack go to the
     request's STDERR (flup's), TimeoutException into the app, which gets the 500 page. The
     app loops until the exception comes."""
-    def stuck(environ, start_response):
-        release = threading.Event()
-        while not release.wait(0.01):
-            pass
-    h = Harness(stuck)
+    started = threading.Event()
+    h = Harness(stuck_app(started))
     ours, theirs = socket.socketpair()
-    conn = h.connection_class(theirs, None, h.server, 0.05)
+    conn = h.connection_class(theirs, None, h.server, LONG)
     thread = threading.Thread(target=conn.run, daemon=True)
     thread.start()
     with ours:
         ours.sendall(request_bytes('/'))
+        assert started.wait(SOCKET_TIMEOUT)
+        expire_armed_deadlines()
         resp = read_response(ours)
     thread.join(SOCKET_TIMEOUT)
     assert resp.status == 500

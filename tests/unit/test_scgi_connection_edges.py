@@ -15,6 +15,7 @@ from flupfast.protocols.scgi import encode_request
 from flupfast.serving.job import END, PARK, WAIT
 from tests.scgi_client import parse_response, read_all, request_bytes
 from tests.unit.connection_harness import SOCKET_TIMEOUT, echo, hello
+from tests.unit.deadline_helpers import LONG, expire_armed_deadlines, stuck_app
 from tests.unit.test_scgi_connection import Harness, use_backend  # noqa: F401 (fixture)
 
 
@@ -174,19 +175,18 @@ def test_a_request_past_its_timeout_is_reported_and_answered_500(use_backend, ca
     """The fork servers' per-request ``timeout`` (flup's): "Timeout Exceeded" on the
     ``scgi-wsgi`` logger and TimeoutException inside the app, which then gets the 500 page.
     The app loops until the exception comes (the test's own bound only ends a hang)."""
-    def stuck(environ, start_response):
-        release = threading.Event()
-        while not release.wait(0.01):
-            pass
-    h = Harness(stuck)
+    started = threading.Event()
+    h = Harness(stuck_app(started))
     ours, theirs = socket.socketpair()
     ours.settimeout(SOCKET_TIMEOUT)
-    conn = h.connection_class(theirs, '', h.server, 0.05)
+    conn = h.connection_class(theirs, '', h.server, LONG)
     with caplog.at_level(logging.ERROR, logger='scgi-wsgi'):
         thread = threading.Thread(target=conn.run, daemon=True)
         thread.start()
         with ours:
             ours.sendall(request_bytes('/'))
+            assert started.wait(SOCKET_TIMEOUT)
+            expire_armed_deadlines()
             status, _, _ = parse_response(read_all(ours))
         thread.join(SOCKET_TIMEOUT)
     assert status == b'500 Internal Server Error'
