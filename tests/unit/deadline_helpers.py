@@ -1,0 +1,30 @@
+"""The connection tests' way to make a per-request ``timeout`` expire at a chosen moment: the
+request arms it long, the app says it is running, the test moves the watchdog's deadlines to
+now. The exception then lands in the app's loop, never in the server's own code (logging,
+sending) that runs before the app, which a short real deadline may hit on a loaded machine.
+"""
+import threading
+
+from flupfast import deadline
+
+LONG = 3600  # the timeout the connection arms: it never expires by itself in a test
+
+
+def stuck_app(started):
+    """An app that says it runs, then loops until TimeoutException (at most ~10 s)."""
+    def stuck(environ, start_response):
+        started.set()
+        release = threading.Event()
+        for _ in range(1000):
+            if release.wait(0.01):
+                break
+    return stuck
+
+
+def expire_armed_deadlines():
+    """Make every armed request deadline due now and wake the watchdog."""
+    watchdog = deadline._deadlines
+    with watchdog._cond:
+        for entry in watchdog._armed.values():
+            entry[0] = 0
+        watchdog._cond.notify()
