@@ -50,6 +50,12 @@ from libc.errno cimport ECONNABORTED
 cdef enum:
     _LEADER_SETS = 8  # workers waiting at once on sets of their own (EPOLLEXCLUSIVE)
 
+# Set once a Leader exists in this process: serving threads then contend for the GIL, and
+# sockio.pxi's receive tries the data already there without giving the GIL up. A fork child
+# (one serving thread) skips that try: between the requests of a kept connection it finds
+# nothing and would cost a recv per request.
+cdef bint _threads_contend = False
+
 
 cdef class Leader:
     """Leader/follower accept on ``listen_sock`` (non-blocking; see the pure twin)."""
@@ -74,8 +80,10 @@ cdef class Leader:
         self._epfd = -1
 
     def __init__(self, listen_sock):
+        global _threads_contend
         import os
         import socket
+        _threads_contend = True
         self._sock = listen_sock
         self._socket_class = socket.socket
         self._family = listen_sock.family

@@ -7,7 +7,9 @@
 # does not block (no SO_LINGER time is ever set on a connection), so both stay GIL-held.
 # A receive that would block goes through sock.recv_into, which waits with the GIL released
 # and honours the socket's timeout. (errno, EAGAIN, EINTR, EWOULDBLOCK, ECONNRESET and c_close
-# come from prefork.pxi; MSG_DONTWAIT from output.pxi, both included before.)
+# come from prefork.pxi; MSG_DONTWAIT from output.pxi, both included before.) The receive's
+# try is made only in a process whose threads contend for the GIL (leader.pxi's
+# _threads_contend, set by the threaded mode's Leader).
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
@@ -26,8 +28,8 @@ def recv_into(sock, buf, Py_ssize_t limit=0):
     cdef Py_buffer view
     cdef Py_ssize_t got
     cdef int fd, err
-    if type(sock) is not _SocketClass:
-        return sock.recv_into(buf, limit)
+    if not _threads_contend or type(sock) is not _SocketClass:
+        return sock.recv_into(buf, limit)   # (leader.pxi: no serving threads to hand off to)
     fd = sock.fileno()
     if fd < 0 or limit < 0:
         return sock.recv_into(buf, limit)  # closed, or a bad limit: Python's own error
