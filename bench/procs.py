@@ -226,3 +226,25 @@ def tree_ctxt_switches(pids):
             except OSError:
                 continue
     return vol, invol
+
+
+def while_attached(cmd, run, attach, settle=0.0):
+    """Start the tracer ``cmd`` (strace, perf stat) on running processes, let it attach for
+    ``attach`` seconds, ``run()``, wait ``settle`` seconds, stop it with SIGINT (it writes its
+    summary then) -> (what ``run`` returned, True when the tracer ended in time). A tracer that
+    cannot start: (``run()``, False)."""
+    try:
+        tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return run(), False
+    time.sleep(attach)
+    res = run()
+    time.sleep(settle)
+    tracer.send_signal(signal.SIGINT)
+    try:
+        tracer.wait(15)
+    except subprocess.TimeoutExpired:
+        tracer.kill()
+        tracer.wait(5)
+        return res, False
+    return res, True

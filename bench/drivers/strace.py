@@ -1,9 +1,8 @@
 """strace -c -f attached to a server's processes while a load runs: the calls per syscall
 name. It starts no server and sends no request itself."""
 import contextlib
-import signal
-import subprocess
-import time
+
+from bench.procs import while_attached
 
 
 def count_syscalls(pids, out_path, run):
@@ -13,16 +12,8 @@ def count_syscalls(pids, out_path, run):
     cmd = ["strace", "-c", "-f", "-o", out_path]
     for pid in pids:
         cmd += ["-p", str(pid)]
-    tracer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(1.0)  # attach
-    res = run()
-    time.sleep(0.2)
-    tracer.send_signal(signal.SIGINT)
-    try:
-        tracer.wait(15)
-    except subprocess.TimeoutExpired:
-        tracer.kill()
-        tracer.wait(5)
+    res, ended = while_attached(cmd, run, attach=1.0, settle=0.2)
+    if not ended:
         return res, None
     calls = {}
     with open(out_path) as f:
