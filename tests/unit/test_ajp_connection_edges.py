@@ -11,7 +11,6 @@ import threading
 
 import pytest
 
-from flupfast import _impl
 from flupfast.limits import AJP_DEFAULT_PACKET
 from flupfast.protocols import ajp
 from flupfast.serving.job import END, PARK, WAIT
@@ -27,6 +26,7 @@ from tests.ajp_client import (
 from tests.unit.connection_harness import SOCKET_TIMEOUT, ConnectionHarness, echo, hello
 from tests.unit.deadline_helpers import LONG, expire_armed_deadlines, stuck_app
 from tests.unit.test_ajp_connection import Harness, WebServer, use_backend  # noqa: F401 (fixture)
+from tests.unit.send_spy import spy_sends
 
 
 def _lines(caplog):
@@ -250,14 +250,7 @@ def test_a_handler_whose_web_server_left_ends_the_connection_quietly(use_backend
 
 def test_a_list_result_leaves_in_one_send(use_backend, monkeypatch):
     """SEND_HEADERS, every body chunk and END_RESPONSE of a list result: one send."""
-    sends = []
-    real = _impl.send_buffers
-
-    def spy(sock, buffers):
-        if any(buffers):
-            sends.append(len(buffers))
-        return real(sock, buffers)
-    monkeypatch.setattr(_impl, 'send_buffers', spy)
+    sends = spy_sends(monkeypatch)
 
     def app(environ, start_response):
         start_response('200 OK', [])
@@ -337,21 +330,15 @@ def test_a_wrong_secret_is_flups_403_word_for_word(use_backend, caplog):
 def test_a_handler_answering_nothing_gets_an_empty_500_in_one_send(use_backend, monkeypatch):
     """flup sends END_RESPONSE alone (the web server then reports a bad gateway); we send an
     empty 500 with it, in one send."""
-    sends = []
-    real = _impl.send_buffers
-
-    def spy(sock, buffers):
-        if any(buffers):
-            sends.append(len(buffers))
-        return real(sock, buffers)
-    monkeypatch.setattr(_impl, 'send_buffers', spy)
+    sends = spy_sends(monkeypatch)
     h, web = _serve_with_handler(lambda request: None)
     r = Response(_read_packets(web.sock, 'end'))
     web.sock.close()
     h.join()
     assert (r.status, r.reason, r.headers, r.body, r.reuse) == (
         500, b'Internal Server Error', [(b'content-length', b'0')], b'', True)
-    assert sends == [2]
+    # SEND_HEADERS and END_RESPONSE (reuse) together in one send
+    assert len(sends) == 1 and sends[0].endswith(b'AB\x00\x02\x05\x01'), sends
 
 
 def test_a_failed_response_counts_as_served(use_backend, caplog):

@@ -14,6 +14,7 @@ from tests.fcgi_client import read_response, request_bytes
 from tests.unit.connection_harness import SOCKET_TIMEOUT, hello, read_to_eof, read_until_reset, tcp_pair
 from tests.unit.deadline_helpers import LONG, expire_armed_deadlines, stuck_app
 from tests.unit.test_fastcgi_connection import Harness, use_backend  # noqa: F401 (fixture)
+from tests.unit.send_spy import spy_sends
 
 # -- the refusal when no worker is free --------------------------------------------------------
 
@@ -371,15 +372,7 @@ def test_stdin_still_on_the_way_is_read_after_the_response(use_backend):
 
 def test_a_list_result_leaves_in_one_send(use_backend, monkeypatch):
     """A list is complete in memory: its records and the request's end go out in one send."""
-    from flupfast import _impl
-    sends = []
-    real = _impl.send_buffers
-
-    def spy(sock, buffers):
-        if any(buffers):
-            sends.append(len(buffers))
-        return real(sock, buffers)
-    monkeypatch.setattr(_impl, 'send_buffers', spy)
+    sends = spy_sends(monkeypatch)
 
     def app(environ, start_response):
         start_response('200 OK', [])

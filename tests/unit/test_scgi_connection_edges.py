@@ -10,33 +10,19 @@ import warnings
 
 import pytest
 
-from flupfast import _impl
 from flupfast.protocols.scgi import encode_request
 from flupfast.serving.job import END, PARK, WAIT
 from tests.scgi_client import parse_response, read_all, request_bytes
 from tests.unit.connection_harness import SOCKET_TIMEOUT, echo, hello
 from tests.unit.deadline_helpers import LONG, expire_armed_deadlines, stuck_app
+from tests.unit.send_spy import spy_sends
 from tests.unit.test_scgi_connection import Harness, use_backend  # noqa: F401 (fixture)
-
-
-def _spy_sends(monkeypatch):
-    """Record the bytes of each send_buffers call that carries any (a flush may send none)."""
-    sends = []
-    real = _impl.send_buffers
-
-    def spy(sock, buffers):
-        data = b''.join(bytes(b) for b in buffers)
-        if data:
-            sends.append(data)
-        return real(sock, buffers)
-    monkeypatch.setattr(_impl, 'send_buffers', spy)
-    return sends
 
 
 def test_a_list_result_leaves_in_one_send(use_backend, monkeypatch):
     """A list is complete in memory: the head and every item go out in one send (one
     ``sendmsg``), not one per item."""
-    sends = _spy_sends(monkeypatch)
+    sends = spy_sends(monkeypatch)
 
     def app(environ, start_response):
         start_response('200 OK', [('Content-Type', 'text/plain')])
