@@ -79,10 +79,28 @@ def test_encode_request_adds_content_length(backend):
 
 
 def test_encode_request_refuses_what_the_wire_cannot_say():
-    with pytest.raises(ValueError):
+    message = 'a uwsgi var or vars block is longer than 65,535 bytes'
+    with pytest.raises(ValueError) as info:
         encode_request({'A': 'x' * 65536})
-    with pytest.raises(ValueError):
+    assert str(info.value) == message
+    with pytest.raises(ValueError) as info:
         encode_request({'A%d' % i: 'x' * 30000 for i in range(3)})
+    assert str(info.value) == message
+
+
+def test_encode_request_takes_bytes_and_no_body_by_default(backend):
+    """Names and values as bytes go out as they are; without a body, CONTENT_LENGTH is 0."""
+    wire = encode_request([(b'REQUEST_METHOD', b'GET'), (b'HTTP_X', b'\xe9\x00')])
+    environ, length, used = backend.decode_uwsgi_request(wire)
+    assert environ == {'REQUEST_METHOD': 'GET', 'HTTP_X': '\xe9\x00', 'CONTENT_LENGTH': '0'}
+    assert (length, wire[used:]) == (0, b'')
+    assert (wire[0], wire[3]) == (0, 0)   # modifier1 0 (WSGI) and modifier2 0 by default
+
+
+@pytest.mark.parametrize('value', ['X5', '5X', '-5', '+5', ' 5', '5 ', '0x5', '5.0'])
+def test_a_content_length_not_all_digits_is_invalid(backend, value):
+    wire = packet(vars_block([('CONTENT_LENGTH', value)]))
+    assert errors(backend, wire) == 'invalid CONTENT_LENGTH %r' % value
 
 
 @pytest.mark.parametrize('value', ['', None])
