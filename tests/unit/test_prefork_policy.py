@@ -492,7 +492,8 @@ def test_importing_the_codecs_loads_nothing_of_the_serving_layer():
     import subprocess
     import sys
     code = ("import sys, flupfast.protocols.fastcgi, flupfast.protocols.scgi, "
-            "flupfast.protocols.ajp, flupfast._impl as impl; "
+            "flupfast.protocols.ajp, flupfast.protocols.ajp_webserver, flupfast.protocols.uwsgi, "
+            "flupfast._impl as impl; "
             "print(sorted(m for m in sys.modules if m.startswith('flupfast.serving'))); "
             "impl.serve_child; print('flupfast.serving.prefork.child' in sys.modules)")
     env = dict(os.environ, FLUPFAST_SPEEDUPS='0')
