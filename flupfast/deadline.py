@@ -89,7 +89,9 @@ class _Deadlines:
     def disarm(self, entry, timed_out):
         with self._cond:
             self._armed.pop(id(entry), None)
-            if entry[3] and not timed_out:
+            if entry[3] == _REPORTING:
+                entry[3] = _ENDED  # ended while its report was written: no interrupt now
+            elif entry[3] == _FIRED and not timed_out:
                 cancel_interrupt(entry[1])  # fired as the request ended: cancel it
 
     def _watch(self):
@@ -101,14 +103,18 @@ class _Deadlines:
                 for key, entry in list(self._armed.items()):
                     if entry[0] <= now:
                         del self._armed[key]
-                        entry[3] = True
-                        self._fire(entry)
+                        entry[3] = _REPORTING
+                        # Each in a thread of its own, outside the lock: a report can block
+                        # (a FastCGI request's STDERR waits for the send lock that the
+                        # request's own stuck send holds), and must stall neither the other
+                        # requests' deadlines nor their arming.
+                        threading.Thread(target=self._fire, args=(entry,), daemon=True,
+                                         name='flupfast-deadline-fired').start()
                     elif wait is None or entry[0] - now < wait:
                         wait = entry[0] - now
                 cond.wait(wait)
 
-    @staticmethod
-    def _fire(entry):
+    def _fire(self, entry):
         _, thread_id, report, _ = entry
         frame = sys._current_frames().get(thread_id)
         try:
@@ -117,8 +123,15 @@ class _Deadlines:
                 report(''.join(traceback.format_stack(frame)))
         except Exception:
             logger.exception('cannot report a request timeout')
-        interrupt_thread(thread_id, TimeoutException)
+        with self._cond:
+            if entry[3] == _REPORTING:  # the request still runs
+                entry[3] = _FIRED
+                interrupt_thread(thread_id, TimeoutException)
 
+
+# An entry's state (entry[3]): armed (False), its deadline passed and its report being written,
+# the interrupt sent, or the request ended before the interrupt.
+_REPORTING, _FIRED, _ENDED = 'reporting', True, 'ended'
 
 _deadlines = _Deadlines()
 

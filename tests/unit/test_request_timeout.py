@@ -193,3 +193,36 @@ def test_counts_for_the_status_page():
     ops.set_request_timeout(5)
     gateway._observer.terminated_requests = 2
     assert ops.request_counts()['terminated_requests'] == 2
+
+
+def test_a_blocked_report_stalls_neither_arming_nor_another_requests_deadline():
+    """A timed-out request whose report blocks (its STDERR waits on a send lock its own stuck
+    send holds) must not keep other requests from arming or their deadlines from firing."""
+    from flupfast.deadline import TimeoutException, request_deadline
+    release, reported = threading.Event(), threading.Event()
+    outcome = {}
+
+    def blocked_report(text):
+        reported.set()
+        release.wait(30)
+
+    def request(name, report):
+        try:
+            with request_deadline(0.01, report):
+                for _ in range(3000):
+                    time.sleep(0.01)
+            outcome[name] = 'ran out'
+        except TimeoutException:
+            outcome[name] = 'timed out'
+
+    first = threading.Thread(target=request, args=('first', blocked_report), daemon=True)
+    first.start()
+    assert reported.wait(30)
+    second = threading.Thread(target=request, args=('second', lambda text: None), daemon=True)
+    second.start()
+    second.join(30)
+    assert outcome.get('second') == 'timed out'   # while the first's report still blocks
+    assert 'first' not in outcome
+    release.set()
+    first.join(30)
+    assert outcome['first'] == 'timed out'
