@@ -15,6 +15,7 @@ from flupfast.ops.request_timeout import RequestTimeout
 from flupfast.serving.prefork import PreforkMode
 from flupfast.serving.prefork.arbiter import ChildRecord
 from flupfast.serving.prefork.child import EXIT_REQUEST_TIMEOUT, end_for_request_timeout
+from tests.unit.deadline_helpers import fresh_deadlines  # noqa: F401 (fixture)
 
 ENVIRON = {'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/stuck?x=1'}
 
@@ -195,7 +196,7 @@ def test_counts_for_the_status_page():
     assert ops.request_counts()['terminated_requests'] == 2
 
 
-def test_a_blocked_report_stalls_neither_arming_nor_another_requests_deadline():
+def test_a_blocked_report_stalls_neither_arming_nor_another_requests_deadline(fresh_deadlines):
     """A timed-out request whose report blocks (its STDERR waits on a send lock its own stuck
     send holds) must not keep other requests from arming or their deadlines from firing."""
     from flupfast.deadline import TimeoutException, request_deadline
