@@ -4,6 +4,7 @@ to break the main thread out of a blocking call. No socket or protocol here.
 """
 import logging
 import os
+import queue
 import signal
 import sys
 import threading
@@ -51,88 +52,144 @@ def interrupt_thread(thread_id, exc_class):
         signal.pthread_kill(thread_id, _WAKE_SIGNAL)
 
 
-def cancel_interrupt(thread_id):
-    """Take back an ``interrupt_thread`` not yet raised (the request ended meanwhile)."""
-    _raise_in_thread(thread_id, None)
-
-
 def _on_wake_signal(signum, frame):
     """Does nothing itself: running any Python code lets the pending TimeoutException raise,
     out of the blocking call the signal interrupted."""
+
+
+class Interruption:
+    """The race between a watchdog interrupting a request's thread and the request ending,
+    decided once: whichever claims it first wins. The request's thread takes no lock for it:
+    an exception delivered asynchronously while it held one would leak the lock (it raised
+    inside ``threading.Condition.__enter__`` once the lock was taken, and every later deadline
+    of the process waited on it forever)."""
+
+    __slots__ = ('thread_id', '_claim', '_sent')
+
+    def __init__(self, thread_id):
+        self.thread_id = thread_id
+        self._claim = [True]  # list.pop is one atomic step: exactly one claimant gets it
+        self._sent = False
+
+    def fire(self, exc_class):
+        """In the watchdog's thread: raise ``exc_class`` in the request's thread unless the
+        request ended first. Returns whether it was sent."""
+        try:
+            self._claim.pop()
+        except IndexError:
+            return False
+        interrupt_thread(self.thread_id, exc_class)
+        self._sent = True
+        return True
+
+    def end(self):
+        """In the request's thread, once it is over: no interrupt lands after this returns.
+        One the watchdog sent first raises in here (the request timed out as it ended)."""
+        try:
+            self._claim.pop()
+            return
+        except IndexError:
+            pass
+        while not self._sent:  # fire() is between its claim and its send
+            time.sleep(0)
+        # A pending interrupt is delivered at the end of a call: this one. It is not taken
+        # back with PyThreadState_SetAsyncExc(id, NULL): on CPython 3.11 that leaves every
+        # thread checking for pending work at each call from then on (and a thread under
+        # sys.setprofile looping on it for good).
+        time.sleep(0)
 
 
 class _Deadlines:
     """One watchdog thread per process for every request's ``timeout``: when one passes, it
     reports flup's "Timeout Exceeded" and the request thread's stack, and raises
     TimeoutException in that thread (any thread, unlike flup's SIGALRM, which works only in the
-    main thread and replaces the app's alarm and handler)."""
+    main thread and replaces the app's alarm and handler).
+
+    Arming and disarming take no lock (see Interruption): the armed entries are a dict whose
+    single calls are atomic, and a new deadline earlier than the watchdog's next look wakes it
+    through a SimpleQueue (whose put is one C call too).
+    """
 
     def __init__(self):
-        self._cond = threading.Condition()
-        self._armed = {}  # id(entry) -> [deadline, thread id, report, fired]
+        self._start_lock = threading.Lock()
+        self._armed = {}  # id(entry) -> _Deadline
+        self._wake = None  # queue.SimpleQueue; None until this process's watchdog runs
+        self._next_look = _NEVER  # when the watchdog looks next without being woken
         self._pid = None  # the process whose watchdog thread runs (threads die with fork)
 
     def arm(self, seconds, report):
-        entry = [time.monotonic() + seconds, threading.get_ident(), report, False]
+        entry = _Deadline(time.monotonic() + seconds, report)
         if threading.current_thread() is threading.main_thread():
             install_wake_handler()
-        with self._cond:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._armed = {}
-                threading.Thread(target=self._watch, name='flupfast-deadlines',
-                                 daemon=True).start()
-            self._armed[id(entry)] = entry
-            self._cond.notify()
+        if self._pid != os.getpid():
+            self._start()
+        self._armed[id(entry)] = entry
+        if entry.due < self._next_look:
+            self.wake()
         return entry
 
-    def disarm(self, entry, timed_out):
-        with self._cond:
-            self._armed.pop(id(entry), None)
-            if entry[3] == _REPORTING:
-                entry[3] = _ENDED  # ended while its report was written: no interrupt now
-            elif entry[3] == _FIRED and not timed_out:
-                cancel_interrupt(entry[1])  # fired as the request ended: cancel it
+    def disarm(self, entry):
+        self._armed.pop(id(entry), None)
+        entry.interruption.end()
 
-    def _watch(self):
-        cond = self._cond
-        with cond:
-            while True:
-                now = time.monotonic()
-                wait = None
-                for key, entry in list(self._armed.items()):
-                    if entry[0] <= now:
-                        del self._armed[key]
-                        entry[3] = _REPORTING
-                        # Each in a thread of its own, outside the lock: a report can block
-                        # (a FastCGI request's STDERR waits for the send lock that the
-                        # request's own stuck send holds), and must stall neither the other
-                        # requests' deadlines nor their arming.
-                        threading.Thread(target=self._fire, args=(entry,), daemon=True,
-                                         name='flupfast-deadline-fired').start()
-                    elif wait is None or entry[0] - now < wait:
-                        wait = entry[0] - now
-                cond.wait(wait)
+    def wake(self):
+        """Make the watchdog look at the deadlines now."""
+        self._wake.put(None)
 
-    def _fire(self, entry):
-        _, thread_id, report, _ = entry
-        frame = sys._current_frames().get(thread_id)
+    def _start(self):
+        with self._start_lock:
+            if self._pid == os.getpid():
+                return
+            self._armed = {}
+            self._wake = queue.SimpleQueue()
+            self._next_look = _NEVER
+            self._pid = os.getpid()
+            threading.Thread(target=self._watch, args=(self._wake,), name='flupfast-deadlines',
+                             daemon=True).start()
+
+    def _watch(self, wake):
+        while True:
+            # Any deadline armed from here on, before the next look is known, wakes us.
+            self._next_look = _NEVER
+            now = time.monotonic()
+            next_look = _NEVER
+            for key, entry in list(self._armed.items()):
+                if entry.due > now:
+                    next_look = min(next_look, entry.due)
+                elif self._armed.pop(key, None) is not None:
+                    # Each in a thread of its own: a report can block (a FastCGI request's
+                    # STDERR waits for the send lock that the request's own stuck send
+                    # holds), and must stall neither the other deadlines nor their arming.
+                    threading.Thread(target=self._fire, args=(entry,), daemon=True,
+                                     name='flupfast-deadline-fired').start()
+            self._next_look = next_look
+            try:
+                wake.get(timeout=None if next_look is _NEVER else max(0.0, next_look - now))
+            except queue.Empty:
+                pass
+
+    @staticmethod
+    def _fire(entry):
+        frame = sys._current_frames().get(entry.interruption.thread_id)
         try:
-            report('Timeout Exceeded\n')
+            entry.report('Timeout Exceeded\n')
             if frame is not None:
-                report(''.join(traceback.format_stack(frame)))
+                entry.report(''.join(traceback.format_stack(frame)))
         except Exception:
             logger.exception('cannot report a request timeout')
-        with self._cond:
-            if entry[3] == _REPORTING:  # the request still runs
-                entry[3] = _FIRED
-                interrupt_thread(thread_id, TimeoutException)
+        entry.interruption.fire(TimeoutException)
 
 
-# An entry's state (entry[3]): armed (False), its deadline passed and its report being written,
-# the interrupt sent, or the request ended before the interrupt.
-_REPORTING, _FIRED, _ENDED = 'reporting', True, 'ended'
+class _Deadline:
+    __slots__ = ('due', 'report', 'interruption')
 
+    def __init__(self, due, report):
+        self.due = due
+        self.report = report
+        self.interruption = Interruption(threading.get_ident())
+
+
+_NEVER = float('inf')
 _deadlines = _Deadlines()
 
 
@@ -156,6 +213,5 @@ class request_deadline:
     def __exit__(self, exc_type, exc, tb):
         if self._entry is not None:
             entry, self._entry = self._entry, None
-            _deadlines.disarm(entry, exc_type is not None and issubclass(exc_type,
-                                                                         TimeoutException))
+            _deadlines.disarm(entry)
         return False

@@ -6,8 +6,7 @@ caller's: by default RequestTerminated raises in its thread; a prefork child pas
 import logging
 import threading
 
-from flupfast.deadline import (
-    RequestTerminated, cancel_interrupt, install_wake_handler, interrupt_thread)
+from flupfast.deadline import Interruption, RequestTerminated, install_wake_handler
 from flupfast.ops.access_log import flush_all
 from flupfast.ops.request_watch import RequestWatch
 
@@ -24,21 +23,28 @@ class RequestTimeout(RequestWatch):
         super().__init__(seconds)
         self.end_process = end_process
         self.terminated_requests = 0
+        self._interruptions = {}  # token -> Interruption, when requests end by an exception
 
     def _start_watcher(self):
         if self.end_process is None and threading.current_thread() is threading.main_thread():
             install_wake_handler()  # the single mode: its requests run in the main thread
         super()._start_watcher()
 
+    def begin(self, environ):
+        token = super().begin(environ)
+        if self.end_process is None:
+            self._interruptions[token] = Interruption(threading.get_ident())
+        return token
+
     def end(self, token, response, failed):
-        entry = self._in_flight.pop(token, None)
-        if entry is not None and entry[4] and self.end_process is None:
-            # It overran as it ended: an exception not raised yet must not hit the next one.
-            with self._lock:
-                cancel_interrupt(entry[0])
+        self._in_flight.pop(token, None)
+        interruption = self._interruptions.pop(token, None)
+        if interruption is not None:
+            # It may have overrun as it ended: nothing may raise in the thread's next request.
+            interruption.end()
 
     def overran(self, token, entry, frame, now):
-        with self._lock:  # against end(): once it is over, nothing is raised in its thread
+        with self._lock:  # the watcher's: one report and count at a time
             if token not in self._in_flight:
                 return
             self.terminated_requests += 1
@@ -47,4 +53,6 @@ class RequestTimeout(RequestWatch):
                 flush_all()  # the process ends without its atexit handlers
                 self.end_process()
             else:
-                interrupt_thread(entry[0], RequestTerminated)
+                interruption = self._interruptions.get(token)
+                if interruption is not None:  # None: it has just ended
+                    interruption.fire(RequestTerminated)

@@ -288,6 +288,8 @@ class PreforkWorkers(_Board):
             if not state:
                 continue
             pid, started = _PROCESS.unpack_from(memory, offset)
+            if not pid:
+                continue  # forked this moment: listed once the child has written its pid
             begin = _BEGIN.unpack_from(memory, offset + _STATE_AT)[1:]
             requests, duration, cpu, cpu_duration = _END.unpack_from(memory, offset + _END_AT)
             counters.slow += _SLOW.unpack_from(memory, offset + _SLOW_AT)[0]

@@ -5,8 +5,6 @@ sending) that runs before the app, which a short real deadline may hit on a load
 """
 import threading
 
-import pytest
-
 from flupfast import deadline
 
 LONG = 3600  # the timeout the connection arms: it never expires by itself in a test
@@ -26,14 +24,6 @@ def stuck_app(started):
 def expire_armed_deadlines():
     """Make every armed request deadline due now and wake the watchdog."""
     watchdog = deadline._deadlines
-    with watchdog._cond:
-        for entry in watchdog._armed.values():
-            entry[0] = 0
-        watchdog._cond.notify()
-
-
-@pytest.fixture
-def fresh_deadlines(monkeypatch):
-    """A watchdog of the test's own: in the full suite's process an earlier test can leave the
-    shared one unable to fire (seen in CI after the integration tests; cause not yet found)."""
-    monkeypatch.setattr(deadline, '_deadlines', deadline._Deadlines())
+    for entry in list(watchdog._armed.values()):
+        entry.due = 0
+    watchdog.wake()

@@ -25,7 +25,7 @@ from tests.ajp_client import (
 )
 from tests.unit.connection_harness import SOCKET_TIMEOUT, ConnectionHarness, echo, hello
 from tests.unit.deadline_helpers import (  # noqa: F401 (fixture)
-    LONG, expire_armed_deadlines, fresh_deadlines, stuck_app)
+    LONG, expire_armed_deadlines, stuck_app)
 from tests.unit.test_ajp_connection import Harness, WebServer, use_backend  # noqa: F401 (fixture)
 from tests.unit.send_spy import spy_sends
 
@@ -359,7 +359,7 @@ def test_a_failed_response_counts_as_served(use_backend, caplog):
     assert h.served == [2]
 
 
-def test_a_request_past_its_timeout_is_reported_and_answered_500(use_backend, caplog, fresh_deadlines):
+def test_a_request_past_its_timeout_is_reported_and_answered_500(use_backend, caplog):
     """The fork servers' per-request ``timeout``: "Timeout Exceeded" on ``ajp-wsgi`` and
     TimeoutException in the app, which gets the 500 page. The app loops until it comes."""
     started = threading.Event()

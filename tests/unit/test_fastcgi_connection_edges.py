@@ -13,7 +13,7 @@ from flupfast.protocols import fastcgi as f
 from tests.fcgi_client import read_response, request_bytes
 from tests.unit.connection_harness import SOCKET_TIMEOUT, hello, read_to_eof, read_until_reset, tcp_pair
 from tests.unit.deadline_helpers import (  # noqa: F401 (fixture)
-    LONG, expire_armed_deadlines, fresh_deadlines, stuck_app)
+    LONG, expire_armed_deadlines, stuck_app)
 from tests.unit.test_fastcgi_connection import Harness, use_backend  # noqa: F401 (fixture)
 from tests.unit.send_spy import spy_sends
 
@@ -253,7 +253,7 @@ def test_a_handler_raising_epipe_ends_the_request_quietly(use_backend):
     assert resp.records == [f.FCGI_END_REQUEST] and resp.end == (0, f.FCGI_REQUEST_COMPLETE)
 
 
-def test_a_request_past_its_timeout_is_reported_on_stderr_and_answered_500(use_backend, fresh_deadlines):
+def test_a_request_past_its_timeout_is_reported_on_stderr_and_answered_500(use_backend):
     """The fork servers' per-request ``timeout``: "Timeout Exceeded" and the stack go to the
     request's STDERR (flup's), TimeoutException into the app, which gets the 500 page. The
     app loops until the exception comes."""

@@ -15,7 +15,6 @@ from flupfast.ops.request_timeout import RequestTimeout
 from flupfast.serving.prefork import PreforkMode
 from flupfast.serving.prefork.arbiter import ChildRecord
 from flupfast.serving.prefork.child import EXIT_REQUEST_TIMEOUT, end_for_request_timeout
-from tests.unit.deadline_helpers import fresh_deadlines  # noqa: F401 (fixture)
 
 ENVIRON = {'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/stuck?x=1'}
 
@@ -196,34 +195,43 @@ def test_counts_for_the_status_page():
     assert ops.request_counts()['terminated_requests'] == 2
 
 
-def test_a_blocked_report_stalls_neither_arming_nor_another_requests_deadline(fresh_deadlines):
-    """A timed-out request whose report blocks (its STDERR waits on a send lock its own stuck
-    send holds) must not keep other requests from arming or their deadlines from firing."""
-    from flupfast.deadline import TimeoutException, request_deadline
-    release, reported = threading.Event(), threading.Event()
-    outcome = {}
+def test_requests_ending_as_they_are_terminated_get_no_exception_afterwards(caplog):
+    """A request ending just as the watcher terminates it: the exception raises inside it or
+    its ending (it timed out), or never; never once its end() has returned."""
+    watch = RequestTimeout(0.004)  # its watcher looks every 1 ms
+    outcome = {'terminated': 0, 'ended': 0, 'terminated while ending': 0,
+               'raised after the request': 0}
 
-    def blocked_report(text):
-        reported.set()
-        release.wait(30)
+    def requests():
+        for _ in range(300):
+            over = False
+            try:
+                token = watch.begin(ENVIRON)
+                try:
+                    until = time.monotonic() + 0.004
+                    while time.monotonic() < until:
+                        pass
+                    result = 'ended'
+                except RequestTerminated:
+                    result = 'terminated'
+                finally:
+                    watch.end(token, None, False)
+                over = True
+                for _ in range(1000):  # the thread's next request
+                    pass
+            except RequestTerminated:
+                result = 'raised after the request' if over else 'terminated while ending'
+            outcome[result] += 1
 
-    def request(name, report):
-        try:
-            with request_deadline(0.01, report):
-                for _ in range(3000):
-                    time.sleep(0.01)
-            outcome[name] = 'ran out'
-        except TimeoutException:
-            outcome[name] = 'timed out'
-
-    first = threading.Thread(target=request, args=('first', blocked_report), daemon=True)
-    first.start()
-    assert reported.wait(30)
-    second = threading.Thread(target=request, args=('second', lambda text: None), daemon=True)
-    second.start()
-    second.join(30)
-    assert outcome.get('second') == 'timed out'   # while the first's report still blocks
-    assert 'first' not in outcome
-    release.set()
-    first.join(30)
-    assert outcome['first'] == 'timed out'
+    with caplog.at_level(logging.CRITICAL, logger='flupfast.requesttimeout'):
+        threads = [threading.Thread(target=requests, daemon=True) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        give_up = time.monotonic() + 60
+        for thread in threads:
+            thread.join(max(0, give_up - time.monotonic()))
+        watch._watcher_pid = None  # its watcher thread ends
+    assert not any(thread.is_alive() for thread in threads)
+    assert outcome['raised after the request'] == 0, outcome
+    assert sum(outcome.values()) == 1200
+    assert outcome['terminated'] > 0  # the race was run

@@ -15,7 +15,7 @@ from flupfast.serving.job import END, PARK, WAIT
 from tests.scgi_client import parse_response, read_all, request_bytes
 from tests.unit.connection_harness import SOCKET_TIMEOUT, echo, hello
 from tests.unit.deadline_helpers import (  # noqa: F401 (fixture)
-    LONG, expire_armed_deadlines, fresh_deadlines, stuck_app)
+    LONG, expire_armed_deadlines, stuck_app)
 from tests.unit.send_spy import spy_sends
 from tests.unit.test_scgi_connection import Harness, use_backend  # noqa: F401 (fixture)
 
@@ -158,7 +158,7 @@ def test_a_handler_whose_web_server_left_is_one_debug_line(use_backend, caplog):
     assert [line for line in lines if line[0] >= logging.WARNING] == []
 
 
-def test_a_request_past_its_timeout_is_reported_and_answered_500(use_backend, caplog, fresh_deadlines):
+def test_a_request_past_its_timeout_is_reported_and_answered_500(use_backend, caplog):
     """The fork servers' per-request ``timeout`` (flup's): "Timeout Exceeded" on the
     ``scgi-wsgi`` logger and TimeoutException inside the app, which then gets the 500 page.
     The app loops until the exception comes (the test's own bound only ends a hang)."""

@@ -5,6 +5,7 @@ facade."""
 import importlib
 import io
 import json
+import os
 import re
 import socket
 import threading
@@ -138,7 +139,8 @@ def test_prefork_slots_count_requests_across_children_and_reaping():
     board = PreforkWorkers(max_children=3, min_spare=1)
     for slot in range(3):
         board.prepare(slot)
-    board.attach(0)  # what a child does after the fork
+    board.attach(2)  # what each child does after the fork
+    board.attach(0)
     for _ in range(4):
         board.end(board.begin(ENVIRON), None, False)
     board.attach(1)
@@ -156,6 +158,18 @@ def test_prefork_slots_count_requests_across_children_and_reaping():
     board.reaped(0)  # the child of slot 0 is gone: its requests stay counted
     snap = board.snapshot()
     assert snap.accepted == 5 and len(snap.processes) == 2 and snap.max_active == 1
+
+
+def test_a_child_not_started_yet_is_not_listed():
+    """Between the fork and the child writing its pid, the slot is the parent's alone: the
+    page lists no process with pid 0."""
+    board = PreforkWorkers(max_children=2, min_spare=1)
+    board.prepare(0)
+    board.prepare(1)
+    board.attach(1)
+    snap = board.snapshot()
+    assert [p['pid'] for p in snap.processes] == [os.getpid()]
+    assert (snap.idle, snap.active) == (1, 0)
 
 
 def test_prefork_max_children_reached_counts_episodes():
