@@ -1,0 +1,35 @@
+"""Waiting in tests: the one "poll a condition until it holds, fail after a bound" helper.
+Every caller passes its own bound (they differ on purpose: a loaded 2-core CI machine, a process
+start). Standard library only, so an app a test server runs may import it as well."""
+import inspect
+import time
+
+
+def wait_until(predicate, timeout, what=None, interval=0.02):
+    """Call ``predicate()`` until it returns a true value, and return that value.
+
+    After ``timeout`` seconds fail with AssertionError naming what was awaited (``what``: a
+    string, or a callable giving one, called only then, e.g. to add a process's log; the
+    predicate's source by default) and the last value the predicate returned. A predicate may
+    raise to stop the wait at once (say, the process it waits on has exited).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(interval)
+    if callable(what):
+        what = what()
+    raise AssertionError('timed out after %g s waiting for %s (last value: %.200r)'
+                         % (timeout, what or _source(predicate), value))
+
+
+def _source(predicate):
+    try:
+        text = inspect.getsource(predicate).strip()
+    except (OSError, TypeError):
+        return repr(predicate)
+    return text[text.find('lambda'):] if 'lambda' in text else text.splitlines()[0]
