@@ -28,8 +28,12 @@ def wait_until(predicate, timeout, what=None, interval=0.02):
 
 
 def _source(predicate):
+    """A function's name; a lambda's line(s) of source from the lambda on."""
+    name = getattr(predicate, '__qualname__', repr(predicate))
+    if not name.endswith('<lambda>'):
+        return name
     try:
-        text = inspect.getsource(predicate).strip()
+        text = ' '.join(inspect.getsource(predicate).split())
     except (OSError, TypeError):
-        return repr(predicate)
-    return text[text.find('lambda'):] if 'lambda' in text else text.splitlines()[0]
+        return name
+    return text[text.find('lambda'):][:200]

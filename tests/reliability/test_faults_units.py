@@ -377,10 +377,13 @@ def test_overload_guard_refuses_after_the_wait_and_forks_only_when_done(exhauste
     clients = [connect(address) for _ in range(2)]
     _waiting(selector, guard)
     started = time.monotonic()
-    while not guard.answering() and time.monotonic() - started < 10:
+
+    def answering():
+        if guard.answering():
+            return True
         guard.tend(listener, selector)  # the parent loop's rounds
-        time.sleep(0.02)
-    assert guard.answering()
+        return False
+    wait_until(answering, 10)
     assert time.monotonic() - started >= 0.25  # not before the bound
     assert not prefork_has_waiting(listener)  # both were accepted
     assert caplog.text.count("answering 'overloaded'") == 1
