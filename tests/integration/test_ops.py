@@ -18,7 +18,7 @@ from tests.integration.peers import (
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.peer
-WAIT = 10.0  # for a log line the server writes after the answer
+WAIT = 10.0  # for what the server logs or counts after an answer (these tests and others)
 
 HTTP = """\
     server {{

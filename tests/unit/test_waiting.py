@@ -1,8 +1,11 @@
-"""tests/waiting.py's wait_until, the suite's one poll-until helper: it returns the predicate's
-value, and a wait that times out fails naming what it awaited and the last value seen."""
+"""tests/waiting.py, the suite's one poll-until helper: wait_until returns the predicate's
+value, and a wait that times out fails naming what it awaited and the last value seen;
+wait_at_most gives the last value back instead."""
+import time
+
 import pytest
 
-from tests.waiting import wait_until
+from tests.waiting import wait_at_most, wait_until
 
 
 def test_returns_the_first_true_value():
@@ -50,3 +53,17 @@ def test_a_predicate_that_raises_ends_the_wait_at_once():
         raise RuntimeError('the server exited')
     with pytest.raises(RuntimeError, match='exited'):
         wait_until(exited, 10)
+
+
+def test_wait_at_most_gives_the_last_value_back_after_its_bound():
+    values = iter([0, '', None, [], (), {}] * 1000)
+    started = time.monotonic()
+    assert wait_at_most(lambda: next(values), 0.05, interval=0.001) in (0, '', None, [], (), {})
+    assert time.monotonic() - started >= 0.05
+
+
+def test_wait_at_most_returns_as_soon_as_the_value_is_true():
+    calls = []
+    assert wait_at_most(lambda: calls.append(1) or len(calls) == 2 and 'yes', 10,
+                        interval=0.001) == 'yes'
+    assert len(calls) == 2
