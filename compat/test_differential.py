@@ -483,7 +483,8 @@ def test_rejected_peer(pair):
     if protocol_of(pair) != 'fcgi':
         for impl, backend in pair.items():
             wait_until(lambda: 'Server connection from 127.0.0.2 disallowed'
-                       in backend.log_since(marks[impl]), 5, what="the 'disallowed' line of " + impl)
+                       in backend.log_since(marks[impl]), 5,
+                       what="the 'disallowed' line of " + impl)
     assert_still_serving(pair)
 
 

@@ -196,7 +196,8 @@ def test_threaded_mode_never_ends_a_connection_whose_first_request_is_on_its_way
     thread.start()
     try:
         first = connect(address, line=None)
-        wait_until(lambda: len(log) == 1, fault_harness.WAIT)  # on the one thread, waiting for its request
+        # on the one thread, waiting for its request
+        wait_until(lambda: len(log) == 1, fault_harness.WAIT)
         queued = connect(address)
         wait_until(lambda: mode.pool.idle_count < 0, fault_harness.WAIT)  # queued behind it
         time.sleep(0.2)  # let the accept loop finish the hand-off (no assertion on timing)
