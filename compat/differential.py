@@ -21,7 +21,7 @@ from compat.known_differences import DIFFERENCES
 from tests import ajp_client, fcgi_client, scgi_client
 from tests.integration import flup_launcher
 from tests.integration.backend_process import ROOT, Server, free_port
-from tests.integration.test_modes import eventually, proc_children
+from tests.integration.test_modes import proc_children
 
 IMPLS = ('flup', 'flupfast')
 PROTOCOLS = ('fcgi', 'scgi', 'ajp')
@@ -431,6 +431,3 @@ def deviates(key, results):
     assert results['flup'] != results['flupfast'], (
         'expected a difference, %s; both gave %r' % (describe(key), results['flup']))
     return results['flup'], results['flupfast']
-
-
-wait_until = eventually  # poll ``predicate`` until it is true or ``timeout`` seconds pass

@@ -32,6 +32,7 @@ from flupfast import gateway
 from flupfast.protocols import fastcgi as f
 from tests import ajp_client, fcgi_client, scgi_client
 from tests.apps import probe
+from tests.waiting import wait_at_most, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -264,7 +265,7 @@ def test_response_splitting_refused(pair):
     if protocol_of(pair) == 'fcgi':  # the traceback goes to FCGI_STDERR, the web server's log
         log = ours.extra['stderr'].decode('latin-1')
     else:
-        assert d.wait_until(lambda: named in backend.log_since(marks['flupfast']), 5)
+        wait_until(lambda: named in backend.log_since(marks['flupfast']), 5)
         log = backend.log_since(marks['flupfast'])
     assert named in log and 'admin=1' not in log
     assert_still_serving(pair)
@@ -481,8 +482,9 @@ def test_rejected_peer(pair):
     assert same(on_both(pair, scenario)) == 'no answer'
     if protocol_of(pair) != 'fcgi':
         for impl, backend in pair.items():
-            assert d.wait_until(lambda: 'Server connection from 127.0.0.2 disallowed'
-                                in backend.log_since(marks[impl]), 5), impl
+            wait_until(lambda: 'Server connection from 127.0.0.2 disallowed'
+                       in backend.log_since(marks[impl]), 5,
+                       what="the 'disallowed' line of " + impl)
     assert_still_serving(pair)
 
 
@@ -656,7 +658,7 @@ def test_fcgi_malformed(pair, case):
     assert ours == []
     log = pair['flupfast'].log_since(marks['flupfast'])
     if fault:
-        assert d.wait_until(lambda: fault in pair['flupfast'].log_since(marks['flupfast']), 5)
+        wait_until(lambda: fault in pair['flupfast'].log_since(marks['flupfast']), 5)
         log = pair['flupfast'].log_since(marks['flupfast'])
         assert 'FastCGI protocol error' in log
     assert 'Traceback' not in log
@@ -692,8 +694,7 @@ def check_malformed(pair, data, flup_does, key):
     results = on_both(pair, lambda b: b.exchange(data))
     flup, ours = results['flup'], results['flupfast']
     assert ours in NO_ANSWER
-    assert d.wait_until(lambda: 'Protocol error' in pair['flupfast'].log_since(
-        marks['flupfast']), 5)
+    wait_until(lambda: 'Protocol error' in pair['flupfast'].log_since(marks['flupfast']), 5)
     log = pair['flupfast'].log_since(marks['flupfast'])
     assert log.count('Protocol error') == 1 and 'Traceback' not in log
     if flup_does == 'serves':
@@ -702,7 +703,7 @@ def check_malformed(pair, data, flup_does, key):
     else:
         assert flup in NO_ANSWER
     if flup_does not in ('serves', 'closes'):
-        assert d.wait_until(lambda: flup_does in pair['flup'].log_since(marks['flup']), 5)
+        wait_until(lambda: flup_does in pair['flup'].log_since(marks['flup']), 5)
     assert_still_serving(pair)
 
 
@@ -978,12 +979,12 @@ def signalled(request, tmp_path_factory):
                 # Children are up before the signal; flup's whole pool (maxSpare), or its
                 # parent may still be spawning, and then checks its flag and stops at once.
                 up = d.FORK_KWARGS['maxSpare'] if backend.impl == 'flup' else 1
-                d.wait_until(lambda: len(backend.children()) >= up, d.STOP_GRACE)
+                wait_at_most(lambda: len(backend.children()) >= up, d.STOP_GRACE)
             os.kill(backend.pid, signum)
         ours = [b for b in backends.values() if b.impl == 'flupfast']
-        d.wait_until(lambda: not any(b.alive() for b in ours), d.STOP_GRACE)
+        wait_at_most(lambda: not any(b.alive() for b in ours), d.STOP_GRACE)
         # flup polls its flags once a second: it gets as long as we took, and 3 s more.
-        d.wait_until(lambda: not any(b.alive() for b in backends.values()), 3.0)
+        wait_at_most(lambda: not any(b.alive() for b in backends.values()), 3.0)
         stages = [(ON_SIGNAL, None)]
         if kept:
             stages.append((AFTER_PEER_CLOSED, lambda key, b: conns[key].close()))
@@ -993,7 +994,7 @@ def signalled(request, tmp_path_factory):
             if action:
                 for key, backend in pending.items():
                     action(key, backend)
-                d.wait_until(lambda: not any(b.alive() for b in pending.values()), 3.0)
+                wait_at_most(lambda: not any(b.alive() for b in pending.values()), 3.0)
             for key, backend in list(pending.items()):
                 if not backend.alive():
                     outcomes[key] = (stage, backend.server.proc.returncode)
@@ -1249,8 +1250,7 @@ def test_scgi_allowed_servers_checks_ipv6(tmp_path):
         results = on_both(pair, lambda b: b.request('/', timeout=5))
         flup, ours = deviates('scgi-allowed-servers-ipv6', results)
         assert flup.status == 200 and ours in NO_ANSWER
-        assert d.wait_until(lambda: 'Server connection from ::1 disallowed'
-                            in pair['flupfast'].log(), 5)
+        wait_until(lambda: 'Server connection from ::1 disallowed' in pair['flupfast'].log(), 5)
     finally:
         for backend in pair.values():
             backend.stop()
@@ -1293,8 +1293,8 @@ def test_prefork_sigusr1(tmp_path):
         flup, ours = pair['flup'], pair['flupfast']
         assert flup.wait_exit(d.STOP_GRACE) is not None
         assert 'TypeError' in flup.log()
-        assert d.wait_until(lambda: ours.children() and not set(ours.children()) & before[
-            'flupfast'], d.STOP_GRACE)
+        wait_until(lambda: ours.children() and not set(ours.children()) & before['flupfast'],
+                   d.STOP_GRACE)
         assert ours.alive() and ours.serves()
     finally:
         for backend in pair.values():

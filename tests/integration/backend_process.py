@@ -5,9 +5,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
+
+from tests.waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,17 +35,17 @@ def wait_connectable(address, proc, timeout=15):
         family = socket.AF_UNIX
     else:
         family = socket.AF_INET6 if ':' in address[0] else socket.AF_INET
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def connectable():
         if proc.poll() is not None:
             raise AssertionError('server exited: %s' % proc.stderr.read().decode())
         try:
             with socket.socket(family) as sock:
                 sock.connect(address)
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    raise AssertionError('server did not listen on %r' % (address,))
+            return False
+    wait_until(connectable, timeout, interval=0.05, what='the server to listen on %r' % (address,))
 
 
 class Server:

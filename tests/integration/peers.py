@@ -30,9 +30,9 @@ from tests.integration.scenarios import (BIG, CHUNKED, FLUP_SCGI_UNBOUNDED_INPUT
                                          assert_same_as_under_uwsgi,
                                          ScgiChecks, ScgiSmoke, UwsgiSmoke, check_upload,
                                          covered_over_tcp, expected_sha256, front_fixture,
-                                         front_logs_hold, latin1_of_utf8, probe,
+                                         latin1_of_utf8, probe,
                                          site_mount_environ, upload, upload_limit,
-                                         uwsgi_exchanges)
+                                         uwsgi_exchanges, wait_for_front_log)
 
 __all__ = [
     "APACHE", "APACHE_BASE_CONF", "APACHE_MODULES", "BIG", "CHUNKED", "FCGID_SCRIPT",
@@ -42,12 +42,12 @@ __all__ = [
     "ScgiChecks", "ScgiSmoke", "ServerSpec", "UwsgiSmoke", "_start_apache", "apache_canonenc",
     "assert_same_as_under_uwsgi",
     "check_upload", "covered_over_tcp",
-    "expected_sha256", "fcgid_venv", "front_fixture", "free_port", "front_logs_hold", "is_connection_error",
+    "expected_sha256", "fcgid_venv", "front_fixture", "free_port", "is_connection_error",
     "latin1_of_utf8", "make_tempdir", "nginx_config", "probe", "raw_exchange", "raw_http",
     "remove_tempdir", "require", "require_root", "scgi_request", "site_mount_environ",
     "start_apache_fcgid",
     "start_apache_proxy_ajp", "start_apache_proxy_fcgi", "start_apache_proxy_scgi",
     "start_apache_proxy_uwsgi", "start_backend", "start_nginx", "start_nginx_scgi",
     "start_nginx_uwsgi", "tail", "upload", "upload_limit", "uwsgi_exchanges",
-    "wait_for_log", "wait_until_connectable", "write_probe_script",
+    "wait_for_front_log", "wait_for_log", "wait_until_connectable", "write_probe_script",
 ]

@@ -14,11 +14,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_SOURCE = REPO / "tests" / "apps" / "probe.py"
@@ -135,11 +136,11 @@ class ManagedProcess:
 
 def wait_until_connectable(address, proc, timeout=START_TIMEOUT):
     """Poll until ``address`` (path or (host, port)) accepts a connection."""
-    deadline = time.monotonic() + timeout
     family = socket.AF_UNIX if isinstance(address, (str, Path)) else socket.AF_INET
     target = str(address) if family == socket.AF_UNIX else address
-    last = None
-    while time.monotonic() < deadline:
+    refused = [None]
+
+    def connectable():
         if not proc.alive():
             raise RuntimeError("%s exited before listening on %s\n%s"
                                % (proc.name, target, proc.describe()))
@@ -147,12 +148,12 @@ def wait_until_connectable(address, proc, timeout=START_TIMEOUT):
             s.settimeout(1.0)
             try:
                 s.connect(target)
-                return
+                return True
             except OSError as exc:
-                last = exc
-        time.sleep(0.05)
-    raise RuntimeError("%s not listening on %s after %.0fs (%s)\n%s"
-                       % (proc.name, target, timeout, last, proc.describe()))
+                refused[0] = exc
+                return False
+    wait_until(connectable, timeout, interval=0.05, what=lambda: "%s listening on %s (%s)\n%s"
+               % (proc.name, target, refused[0], proc.describe()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,10 +265,6 @@ def start_backend(spec, workdir, bind, mode="thread", name=None, protocol="fcgi"
 
 
 def wait_for_log(proc, needle, timeout=5.0):
-    """Poll ``proc``'s output until it holds ``needle``; returns whether it did."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if needle in tail(proc.output, 1 << 20):
-            return True
-        time.sleep(0.05)
-    return False
+    """Poll ``proc``'s output until it holds ``needle``; fails after ``timeout``."""
+    wait_until(lambda: needle in tail(proc.output, 1 << 20), timeout, interval=0.05,
+               what=lambda: "%r in the output of %s\n%s" % (needle, proc.name, proc.describe()))

@@ -7,11 +7,11 @@ these with a ``front`` fixture from nginx.py, apache.py or lighttpd.py.
 import contextlib
 import http.client
 import subprocess
-import time
 
 import pytest
 from tests.apps import probe
 from tests.integration.processes import ServerSpec, tail
+from tests.waiting import wait_until
 
 # --------------------------------------------------------------------------------------------
 # The probe app and the checks every front runs
@@ -83,17 +83,12 @@ SCGI_FLUP_BUGS = {name: (FLUP_SCGI_UNBOUNDED_INPUT, False) for name in (
     "test_chunked_upload", "test_sequential_requests_connection_reuse")}
 
 
-def front_logs_hold(front, needle, timeout=10.0):
+def wait_for_front_log(front, needle, timeout=10.0):
     """Poll the outputs and log files of the front's processes (web server and backend) until
-    one holds ``needle``; returns whether one did."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for p in front.processes:
-            if any(needle in tail(path, 1 << 20) for path in [p.output] + p.logs):
-                return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    one holds ``needle``; fails after ``timeout``."""
+    wait_until(lambda: any(needle in tail(path, 1 << 20) for p in front.processes
+                           for path in [p.output] + p.logs), timeout, interval=0.05,
+               what=lambda: "%r in a log of the front\n%s" % (needle, front.describe()))
 
 
 class FrontSuite:
@@ -286,7 +281,7 @@ class FrontSuite:
         assert not [v for k, v in resp.raw_headers
                     if k.lower() in ("set-cookie", "location") or "admin" in v]
         named = "Value of header b'Location' contains a control character"
-        assert front_logs_hold(front, named), front.describe()
+        wait_for_front_log(front, named)
         assert front.request("GET", "/").body == probe.HELLO
         front.assert_alive()
 

@@ -8,12 +8,12 @@ import re
 import signal
 import socket
 import subprocess
-import time
 
 import pytest
 
 from tests.fcgi_client import read_response, request_bytes, roundtrip
 from tests.integration.backend_process import server_factory  # noqa: F401  (a fixture)
+from tests.waiting import wait_until
 
 TIMEOUT = 15.0
 # python -c SCRIPT DELAY ARGS...: the CLI with access_log.FLUSH_DELAY set to DELAY.
@@ -21,15 +21,6 @@ SCRIPT = ('import sys; from flupfast.ops import access_log; '
           'access_log.FLUSH_DELAY = float(sys.argv.pop(1)); '
           'from flupfast.__main__ import main; sys.exit(main(sys.argv[1:]))')
 NEVER = '3600'
-
-
-def wait_for(predicate, timeout=TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def children_of(pid):
@@ -103,7 +94,7 @@ def test_a_burst_is_written_once_the_server_idles(server_factory, tmp_path, back
     one = Logged(server_factory, tmp_path, backend, '0.2', mode)
     uris = ['/n%d' % n for n in range(300)]
     send_kept(one.address, uris)
-    assert wait_for(lambda: len(one.lines()) >= len(uris))  # no stop, no further request
+    wait_until(lambda: len(one.lines()) >= len(uris), TIMEOUT)  # no stop, no further request
     assert one.uris() == uris
 
 
@@ -114,7 +105,7 @@ def test_children_recycled_by_max_requests_write_every_line(server_factory, tmp_
     uris = ['/n%d' % n for n in range(12)]
     send(one.address, uris)
     # Every child but the ones still serving has ended: their lines are there, in order.
-    assert wait_for(lambda: len(one.lines()) >= 9)
+    wait_until(lambda: len(one.lines()) >= 9, TIMEOUT)
     one.server.stop()
     assert in_order(one, uris), one.lines()
     assert len(one.by_process()) >= 4  # four children served three each
@@ -139,11 +130,11 @@ def test_a_child_ended_by_sigterm_writes_its_lines(server_factory, tmp_path, bac
     (child,) = children_of(one.server.proc.pid)
     assert one.lines() == []
     os.kill(child, signal.SIGTERM)
-    assert wait_for(lambda: len(one.lines()) == len(uris))
+    wait_until(lambda: len(one.lines()) == len(uris), TIMEOUT)
     assert one.uris() == uris and one.lines()[0].startswith('<%d> ' % child)
     # The child died of SIGTERM as before (the parent says so and replaces it).
-    assert wait_for(lambda: 'killed by signal %d' % signal.SIGTERM in one.server.log())
-    assert wait_for(lambda: len(children_of(one.server.proc.pid) - {child}) == 1)
+    wait_until(lambda: 'killed by signal %d' % signal.SIGTERM in one.server.log(), TIMEOUT)
+    wait_until(lambda: len(children_of(one.server.proc.pid) - {child}) == 1, TIMEOUT)
 
 
 def test_the_request_timeout_exit_writes_the_lines_before(server_factory, tmp_path, backend):
@@ -151,8 +142,8 @@ def test_the_request_timeout_exit_writes_the_lines_before(server_factory, tmp_pa
                  '--min-spare', '1', '--max-spare', '1', '--request-timeout', '1')
     send(one.address, ['/a', '/b'])
     assert roundtrip(one.address, '/sleep?ms=8000').end is None  # the child ended under it
-    assert wait_for(lambda: one.uris() == ['/a', '/b'])
-    assert wait_for(lambda: 'ended by the request timeout' in one.server.log())
+    wait_until(lambda: one.uris() == ['/a', '/b'], TIMEOUT)
+    wait_until(lambda: 'ended by the request timeout' in one.server.log(), TIMEOUT)
 
 
 @pytest.mark.parametrize('mode', ['thread', 'fork'])
@@ -163,7 +154,7 @@ def test_a_sighup_reload_writes_the_lines_before_it(server_factory, tmp_path, ba
     send(one.address, uris)
     assert one.lines() == []
     one.server.proc.send_signal(signal.SIGHUP)
-    assert wait_for(lambda: one.server.log().count('serving') == 2)  # the new image listens
+    wait_until(lambda: one.server.log().count('serving') == 2, TIMEOUT)  # the new image listens
     assert in_order(one, uris), one.lines()
     send(one.address, ['/after'])  # the new image logs (its flush delay is the default)
-    assert wait_for(lambda: one.uris()[-1:] == ['/after'])
+    wait_until(lambda: one.uris()[-1:] == ['/after'], TIMEOUT)

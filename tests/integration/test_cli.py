@@ -8,13 +8,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.fcgi_client import roundtrip
 from tests.integration.backend_process import ROOT, free_port
 from tests.integration.backend_process import server_factory  # noqa: F401  (a fixture)
+from tests.waiting import wait_until
 
 
 def run_cli(args, cwd=ROOT, env=None, python_args=()):
@@ -167,12 +167,12 @@ def test_serving_is_logged_after_the_socket_listens(server_factory, protocol, tm
 def test_serving_names_the_port_the_kernel_chose(server_factory, tmp_path):
     log_path = tmp_path / 'log'
     server = server_factory(['--bind', '127.0.0.1:0'], None, wait=False, log_path=str(log_path))
-    for _ in range(300):
+
+    def serving():
         lines = [line for line in server.log().splitlines() if ' serving ' in line]
-        if lines or server.proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    assert lines, server.log()
+        assert lines or server.proc.poll() is None, server.log()
+        return lines
+    lines = wait_until(serving, 15.0, what=lambda: "the 'serving' line\n" + server.log())
     port = int(lines[0].rsplit(':', 1)[1])
     assert port > 0 and roundtrip(('127.0.0.1', port), '/').status == 200
 

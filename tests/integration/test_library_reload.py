@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from tests.fcgi_client import read_response, request_bytes, roundtrip
 from tests.integration.peers import REPO, ManagedProcess, wait_until_connectable
+from tests.waiting import wait_until
 
 SCRIPT = '''
 import sys
@@ -35,14 +35,7 @@ while server.run():
 '''
 MODES = {'thread': ('fcgi', ''), 'fork': ('fcgi_fork', ', maxSpare=3')}
 RELOADS = 2
-
-
-def wait_for(predicate, what, backend, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError('%s never happened:\n%s' % (what, backend.describe()))
-        time.sleep(0.05)
+WAIT = 30.0
 
 
 @pytest.mark.parametrize('mode', sorted(MODES))
@@ -79,11 +72,13 @@ def test_while_server_run_keeps_the_socket_and_refuses_nothing(tmp_path, mode):
         for thread in clients:
             thread.start()
         for reload_ in range(1, RELOADS + 1):
-            wait_for(lambda: len(results) > 20 * reload_, 'answers', backend)
+            wait_until(lambda: len(results) > 20 * reload_, WAIT,
+                       what=lambda: 'answers\n' + backend.describe())
             os.kill(backend.pid, signal.SIGHUP)
-            wait_for(lambda: backend.output.read_text().count('reloaded') >= reload_,
-                     'reload %d' % reload_, backend)
-        wait_for(lambda: b'generation %d' % RELOADS in results, 'the new generation', backend)
+            wait_until(lambda: backend.output.read_text().count('reloaded') >= reload_, WAIT,
+                       what=lambda: 'reload %d\n%s' % (reload_, backend.describe()))
+        wait_until(lambda: b'generation %d' % RELOADS in results, WAIT,
+                   what=lambda: 'the new generation\n' + backend.describe())
         stop.set()
         for thread in clients:
             thread.join(30)
@@ -134,7 +129,8 @@ def test_max_memory_replaces_a_child_after_its_request(tmp_path):
         first = roundtrip(address, '/').body
         assert roundtrip(address, '/').body == first  # under the limit: the same child
         assert roundtrip(address, '/grow').body == first  # its request is answered
-        wait_for(lambda: roundtrip(address, '/').body != first, 'a new child', backend)
+        wait_until(lambda: roundtrip(address, '/').body != first, WAIT, interval=0.05,
+                   what=lambda: 'a new child\n' + backend.describe())
         assert 'resident memory over the limit of 40 MB' in backend.output.read_text()
     finally:
         backend.stop()

@@ -24,11 +24,12 @@ import time
 
 import pytest
 
-from tests.reliability.fault_harness import children_of, eventually as _eventually, process_state
+from tests.reliability.fault_harness import children_of, process_state
+from tests.waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_TIMEOUT = 20.0   # interpreter start + import, on a slow machine
-WAIT = 10.0            # generous bound for "eventually"
+WAIT = 10.0            # generous bound for wait_until
 STOP_BOUND = 3.0       # INT/TERM/HUP must end run() well within this (usually < 0.2 s)
 
 SERVER = textwrap.dedent("""
@@ -107,10 +108,6 @@ SERVER = textwrap.dedent("""
 def proc_children(pid):
     """{child pid: state letter} for the processes whose parent is ``pid``."""
     return children_of(pid)
-
-
-def eventually(predicate, timeout=WAIT):
-    return _eventually(predicate, timeout)
 
 
 def exists(pid):
@@ -261,7 +258,7 @@ def test_signal_stops_idle_server(start, mode, signum, ret):
     served_by = server.request(0)[0][0]
     assert (served_by == server.pid) is (mode != "prefork")
     if mode == "prefork":
-        children = eventually(lambda: len(server.children()) == 2 and server.children())
+        children = wait_until(lambda: len(server.children()) == 2 and server.children(), WAIT)
         assert children
     time.sleep(0.2)  # idle: nothing in flight
     elapsed, result = server.stop(signum)
@@ -295,13 +292,13 @@ def test_threaded_queues_past_max_threads_and_warns_once(start):
 
 def test_prefork_pool_grows_to_max_children_then_shrinks(start):
     server = start("prefork", maxSpare=2, maxChildren=6)
-    assert eventually(lambda: len(server.children()) == 2)
+    wait_until(lambda: len(server.children()) == 2, WAIT)
     replies = server.concurrent(6, 0.5)
     pids = {reply[0][0] for reply in replies}
     assert len(pids) == 6  # six children served at once (flup's pool stays at 2)
     assert pids <= server.known_children | server.children()
     # Idle again: extras above maxSpare are retired.
-    assert eventually(lambda: len(server.children()) == 2)
+    wait_until(lambda: len(server.children()) == 2, WAIT)
     _, result = server.stop(signal.SIGTERM)
     assert_clean_stop(result, False)
 
@@ -310,11 +307,11 @@ def test_prefork_pool_grows_to_max_children_then_shrinks(start):
 
 def test_prefork_usr1_replaces_children_and_keeps_serving(start):
     server = start("prefork", maxSpare=2)
-    old = eventually(lambda: len(server.children()) == 2 and server.children())
+    old = wait_until(lambda: len(server.children()) == 2 and server.children(), WAIT)
     assert old
     server.signal(signal.SIGUSR1)
-    new = eventually(lambda: (lambda now: len(now) == 2 and not now & old and now)(
-        server.children()))
+    new = wait_until(lambda: (lambda now: len(now) == 2 and not now & old and now)(
+        server.children()), WAIT)
     assert new, server.stderr()
     assert server.request(0)[0][0] in new
     assert server.proc.poll() is None
@@ -330,7 +327,7 @@ def test_prefork_max_requests_counts_requests_not_connections(start):
     # One request left: the job is told so and closes after it.
     assert [reply[0] for reply in server.request(0, 0)] == [pid]
     # The child retired after three requests (flup would count two connections).
-    assert eventually(lambda: pid not in server.children())
+    wait_until(lambda: pid not in server.children(), WAIT)
     later = server.request(0)
     assert later[0][0] != pid
     _, result = server.stop(signal.SIGTERM)
@@ -345,13 +342,13 @@ def test_prefork_max_requests_one_request_connections(start):
 
 def test_prefork_killed_child_is_replaced(start):
     server = start("prefork", maxSpare=2)
-    children = eventually(lambda: len(server.children()) == 2 and server.children())
+    children = wait_until(lambda: len(server.children()) == 2 and server.children(), WAIT)
     assert children
     victim = min(children)
     os.kill(victim, signal.SIGKILL)
     # Reaped (no zombie left) and replaced.
-    assert eventually(lambda: victim not in proc_children(server.pid))
-    assert eventually(lambda: len(server.children()) == 2)
+    wait_until(lambda: victim not in proc_children(server.pid), WAIT)
+    wait_until(lambda: len(server.children()) == 2, WAIT)
     assert server.request(0)[0][0] != victim
     _, result = server.stop(signal.SIGTERM)
     assert_clean_stop(result, False)
@@ -362,7 +359,7 @@ def test_prefork_shutdown_interrupts_busy_child(start):
     reply = []
     client = threading.Thread(target=lambda: reply.append(server.request(30)))
     client.start()
-    assert eventually(lambda: len(server.children()) == 2)  # one busy, one spare
+    wait_until(lambda: len(server.children()) == 2, WAIT)  # one busy, one spare
     elapsed, result = server.stop(signal.SIGTERM)
     client.join(WAIT)
     assert elapsed < STOP_BOUND  # SIGINT after the drain ended the 30 s job (flup: never)
@@ -378,7 +375,7 @@ def test_prefork_shutdown_escalates_to_kill(start):
                    constants={"FORK_DRAIN_GRACE": 0.5, "FORK_INTERRUPT_GRACE": 0.5, "FORK_TERM_GRACE": 0.5})
     client = threading.Thread(target=lambda: server.request("ignore-int 30"))
     client.start()
-    assert eventually(lambda: len(server.children()) == 2)
+    wait_until(lambda: len(server.children()) == 2, WAIT)
     time.sleep(0.2)  # let the job ignore SIGINT
     elapsed, result = server.stop(signal.SIGTERM)
     client.join(WAIT)
@@ -471,8 +468,8 @@ def test_tcp_nodelay_and_failing_job(facade, caplog):
             assert ask(b"boom") == b""  # logged with its traceback, socket closed
             assert ask(b"hello") == b"1"  # still serving; TCP_NODELAY set on TCP peers
             # (the worker thread logs just after the client sees the socket close)
-            assert eventually(lambda: [r.exc_info[0] for r in caplog.records
-                                       if r.exc_info] == [RuntimeError])
+            wait_until(lambda: [r.exc_info[0] for r in caplog.records
+                                if r.exc_info] == [RuntimeError], WAIT)
     finally:
         server._exit()
         runner.join(WAIT)

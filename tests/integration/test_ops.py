@@ -15,8 +15,10 @@ from tests.integration.nginx import launch_nginx
 from tests.integration.peers import (
     IO_TIMEOUT, NGINX, REPO, ManagedProcess, make_tempdir, nginx_config, remove_tempdir,
     require, require_root, wait_until_connectable)
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.peer
+WAIT = 10.0  # for what the server logs or counts after an answer (these tests and others)
 
 HTTP = """\
     server {{
@@ -94,15 +96,6 @@ def stack_fixture(app='tests.apps.probe:app'):
 stack = stack_fixture()
 
 
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.mark.parametrize('mode', ['thread', 'fork'])
 def test_ping_answers_pong_without_the_app(stack, mode):
     one = stack(mode, '--ping-path', '/ping')
@@ -120,7 +113,7 @@ def test_access_log_has_one_combined_line_per_request(stack, mode):
                 ('/environ?x=1', 200, None)]
     for path, status, _ in requests:
         assert one.get(path, {'User-Agent': 'probe/1', 'Referer': 'http://r/'})[0] == status
-    assert wait_for(lambda: one.access_log.read_text().count('\n') == len(requests))
+    wait_until(lambda: one.access_log.read_text().count('\n') == len(requests), WAIT)
     # Fork mode: each child writes its lines in batches, so lines of different children may
     # come in another order than the requests (docs/deployment.md, "Access log").
     lines = {}
@@ -140,14 +133,14 @@ def test_access_log_has_one_combined_line_per_request(stack, mode):
 def test_access_log_reopens_after_rotation(stack):
     one = stack('fork', '--access-log', '{access_log}', '--access-log-format', '%(U)s %(s)s %(D)s')
     assert one.get('/')[0] == 200
-    assert wait_for(lambda: one.access_log.exists() and one.access_log.read_text())
+    wait_until(lambda: one.access_log.exists() and one.access_log.read_text(), WAIT)
     os.rename(one.access_log, one.access_log.with_suffix('.1'))  # logrotate's default move
     time.sleep(1.2)  # the server notices within a second
     for _ in range(3):
         assert one.get('/environ')[0] == 200
         time.sleep(0.4)
-    assert wait_for(lambda: one.access_log.exists() and '/environ 200' in
-                    one.access_log.read_text())
+    wait_until(lambda: one.access_log.exists() and '/environ 200' in
+               one.access_log.read_text(), WAIT)
     rotated = one.access_log.with_suffix('.1').read_text()
     assert rotated.startswith('/ 200 ') and re.fullmatch(r'/ 200 \d+\n(/environ 200 \d+\n)*',
                                                           rotated), rotated
@@ -158,7 +151,7 @@ def test_slow_log_shows_the_stack_of_a_slow_request(stack, mode):
     one = stack(mode, '--slow-log', '0.5')
     assert one.get('/sleep?ms=1500')[0] == 200
     assert one.get('/sleep?ms=10')[0] == 200  # a quick one is not logged
-    assert wait_for(lambda: 'slow request' in one.log())
+    wait_until(lambda: 'slow request' in one.log(), WAIT)
     log = one.log()
     assert log.count('slow request: ') == 1, log
     assert re.search(r'slow request: GET /sleep\?ms=1500 running for \d\.\d s \(pid \d+, thread '

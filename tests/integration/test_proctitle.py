@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from tests.integration.test_ops import stack_fixture, wait_for
+from tests.integration.test_ops import WAIT, stack_fixture
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.peer
 pytest.importorskip('setproctitle')
@@ -53,7 +54,7 @@ class Held:
 
     def arrived(self):
         """The pid of the process holding it, once it is inside the app."""
-        assert wait_for(lambda: any(n.startswith('arrived-') for n in os.listdir(self.folder)))
+        wait_until(lambda: any(n.startswith('arrived-') for n in os.listdir(self.folder)), WAIT)
         [name] = [n for n in os.listdir(self.folder) if n.startswith('arrived-')]
         return int(name.split('-')[1])
 
@@ -74,11 +75,11 @@ def test_fork_mode_titles(stack):
         busy = title(worker)
         assert busy.startswith('flupfast: worker ') and busy.endswith(
             ' [%s] busy GET %s' % (APP, held.path)), busy
-        assert wait_for(lambda: any(title(pid).endswith(' [%s] idle' % APP)
-                                    for pid in children(master) if pid != worker))
+        wait_until(lambda: any(title(pid).endswith(' [%s] idle' % APP)
+                               for pid in children(master) if pid != worker), WAIT)
     finally:
         held.release()
-    assert wait_for(lambda: title(worker) == busy.split(' busy ')[0] + ' idle')
+    wait_until(lambda: title(worker) == busy.split(' busy ')[0] + ' idle', WAIT)
 
 
 def test_thread_mode_title_is_the_master(stack):

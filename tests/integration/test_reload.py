@@ -21,6 +21,7 @@ from tests.integration.nginx import launch_nginx
 from tests.integration.peers import (
     REPO, ManagedProcess, make_tempdir, nginx_config, remove_tempdir,
     start_nginx, start_nginx_scgi, wait_until_connectable, NGINX, require, require_root)
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.peer
 
@@ -63,24 +64,19 @@ def steady(pid):
 def wait_steady(pid, before, spare_sockets, timeout=15.0):
     """Wait until ``pid`` is back to ``before``: the same descriptors and children, and at most
     ``spare_sockets`` more sockets (kept connections the front opened anew)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = steady(pid)
-        if seen[0] == before[0] and seen[2] == before[2] and \
-                before[1] <= seen[1] + spare_sockets and seen[1] <= before[1] + spare_sockets:
-            return True
-        if time.monotonic() > deadline:
-            raise AssertionError('not back to %s: %s' % (before, seen))
-        time.sleep(0.1)
+    seen = []
+
+    def back():
+        seen[:] = steady(pid)
+        return seen[0] == before[0] and seen[2] == before[2] and \
+            before[1] <= seen[1] + spare_sockets and seen[1] <= before[1] + spare_sockets
+    wait_until(back, timeout, interval=0.1, what=lambda: 'back to %s (now %s)' % (before, seen))
 
 
 def wait_logged(backend, text, count, timeout=60.0):
     """Wait until ``text`` appears ``count`` times in the backend's output."""
-    deadline = time.monotonic() + timeout
-    while backend.output.read_text(errors='replace').count(text) < count:
-        if time.monotonic() > deadline:
-            raise AssertionError('%r not logged %d times in %.0f s' % (text, count, timeout))
-        time.sleep(0.05)
+    wait_until(lambda: backend.output.read_text(errors='replace').count(text) >= count, timeout,
+               what=lambda: '%r logged %d times\n%s' % (text, count, backend.describe()))
 
 
 def load(front, stop, results, retried):
@@ -147,7 +143,7 @@ def test_reload_under_load_fails_no_request(server, front_name):
             assert 'kept connection(s) handed over' in log, front.describe()
         # nginx's upstream keepalive pool (4) and Apache's one connection per worker thread
         # are opened anew after a reload, in whatever number the load left them.
-        assert wait_steady(backend.pid, before, 32 if front.keeps_backend_conn else 0)
+        wait_steady(backend.pid, before, 32 if front.keeps_backend_conn else 0)
         assert front.request('GET', '/').status == 200
     finally:
         front.stop()
@@ -174,25 +170,18 @@ def test_a_reload_whose_new_code_does_not_import_is_refused(tmp_path):
                                   env=env, capture_output=True, timeout=30)
             return proc.stdout.rpartition(b'\r\n\r\n')[2]
 
-        def wait_log(needle, count):
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if backend.output.read_text(errors='replace').count(needle) >= count:
-                    return
-                time.sleep(0.1)
-            raise AssertionError('%r not logged %d times:\n%s' % (needle, count, backend.describe()))
-
         assert body() == b'v1'
         module.write_text('def app(:\n')
         shutil.rmtree(app_dir / '__pycache__', ignore_errors=True)
         os.kill(backend.pid, signal.SIGHUP)
-        wait_log('reload refused, serving on with the code already loaded: flupfast: cannot '
-                 "import 'reloadable': invalid syntax", 1)
+        wait_logged(backend, 'reload refused, serving on with the code already loaded: '
+                    "flupfast: cannot import 'reloadable': invalid syntax", 1, timeout=30)
         assert body() == b'v1' and backend.alive()
         module.write_text('def app(environ, start_response):\n'
                           '    start_response("200 OK", [])\n    return [b"v2"]\n')
         os.kill(backend.pid, signal.SIGHUP)
-        wait_log(' serving ', 3)  # the first start, the refused reload's run, the new image
+        # the first start, the refused reload's run, the new image
+        wait_logged(backend, ' serving ', 3, timeout=30)
         assert body() == b'v2'
     finally:
         backend.stop()
@@ -272,13 +261,9 @@ def test_a_sighup_while_a_reload_is_under_way_is_never_fatal(tmp_path):
                               env=env, capture_output=True, timeout=30)
         return proc.stdout.rpartition(b'\r\n\r\n')[2]
 
-    def wait_for(path):
-        deadline = time.monotonic() + 30
-        while not path.exists():
-            assert backend.alive(), backend.describe()
-            assert time.monotonic() < deadline, '%s never appeared:\n%s' % (path,
-                                                                            backend.describe())
-            time.sleep(0.02)
+    def appeared(path):
+        assert backend.alive(), backend.describe()
+        return path.exists()
 
     try:
         wait_until_connectable(sock, backend)
@@ -289,7 +274,9 @@ def test_a_sighup_while_a_reload_is_under_way_is_never_fatal(tmp_path):
         shutil.rmtree(app_dir / '__pycache__', ignore_errors=True)
         os.kill(backend.pid, signal.SIGHUP)
         for stage in ('check', 'start'):
-            wait_for(tmp_path / ('waiting-' + stage))
+            waiting = tmp_path / ('waiting-' + stage)
+            wait_until(lambda: appeared(waiting), 30,
+                       what=lambda: '%s\n%s' % (waiting, backend.describe()))
             os.kill(backend.pid, signal.SIGHUP)
             time.sleep(0.2)  # the signal is handled (or would have killed) by now
             assert backend.alive(), backend.describe()

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from tests.integration.peers import IO_TIMEOUT
-from tests.integration.test_ops import stack_fixture, wait_for
+from tests.integration.test_ops import WAIT, stack_fixture
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.peer
 
@@ -31,14 +32,14 @@ def test_a_request_past_the_timeout_is_ended_with_its_stack_logged(stack, mode):
     status, _, _ = one.get('/stuck?s=30')
     assert status == EXPECTED[mode]
     assert one.get('/')[2] == b'hello\n'           # the next request is served
-    assert wait_for(lambda: 'request timeout' in one.log())
+    wait_until(lambda: 'request timeout' in one.log(), WAIT)
     log = one.log()
     assert log.count('request timeout, ending it: ') == 1, log
     assert re.search(r'request timeout, ending it: GET /stuck\?s=30 running for 1\.\d s '
                      r'\(pid \d+, thread \d+\)', log), log
     assert 'in sleep_in_steps' in log and 'in app' in log, log  # the app's frames
     if mode == 'fork':
-        assert wait_for(lambda: 'ended by the request timeout' in one.log())
+        wait_until(lambda: 'ended by the request timeout' in one.log(), WAIT)
         assert 'exited with status' not in one.log()   # replaced, not reported as a crash
 
 
@@ -55,5 +56,5 @@ def test_thread_mode_truncates_a_response_already_begun(stack):
             conn.getresponse().read()
     finally:
         conn.close()
-    assert wait_for(lambda: 'request timeout, ending it: GET /stuck-after' in one.log())
+    wait_until(lambda: 'request timeout, ending it: GET /stuck-after' in one.log(), WAIT)
     assert one.get('/')[2] == b'hello\n'

@@ -23,6 +23,7 @@ from tests.integration.nginx import launch_nginx, nginx_config
 from tests.integration.peers import (
     NGINX, REPO, ManagedProcess, make_tempdir, remove_tempdir, require, require_root)
 from tests.integration.test_recipes import snippet
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.peer
 
@@ -112,10 +113,12 @@ def test_two_hosts_behind_nginx_lose_only_the_killed_hosts_requests_in_flight():
             processes.append(backend)
             backends.append(backend)
         for i, backend in enumerate(backends, 1):
-            deadline = time.monotonic() + 30
-            while 'serving' not in backend.output.read_text(errors='replace'):
-                assert backend.alive() and time.monotonic() < deadline, backend.describe()
-                time.sleep(0.1)
+
+            def serving():
+                assert backend.alive(), backend.describe()
+                return 'serving' in backend.output.read_text(errors='replace')
+            wait_until(serving, 30, interval=0.1,
+                       what=lambda: "the 'serving' line\n" + backend.describe())
         listen = free_port()
         processes.append(launch_nginx(root, nginx_config(root, recipe_config(
             [namespaces.host(1), namespaces.host(2)], listen)), [listen]))

@@ -19,7 +19,8 @@ from tests.integration.backend_process import free_port
 from tests.integration.peers import (
     IO_TIMEOUT, REPO, ManagedProcess, make_tempdir, remove_tempdir, require,
     wait_until_connectable)
-from tests.integration.test_ops import Stack, wait_for
+from tests.integration.test_ops import WAIT, Stack
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.peer
 
@@ -106,8 +107,8 @@ def test_replaced_children_keep_their_counts_and_leave_the_list(stack):
     assert status_json(one)['accepted conn'] >= sent + 1  # the gone children's too
     # Only live children are listed. The child that answers may leave right after (its
     # second request): asked again, another answers.
-    assert wait_for(lambda: {p['pid'] for p in status_json(one, 'json&full')['processes']}
-                    <= children_of(one.backend.pid))
+    wait_until(lambda: {p['pid'] for p in status_json(one, 'json&full')['processes']}
+               <= children_of(one.backend.pid), WAIT, interval=0.05)
 
 
 @pytest.mark.parametrize('mode', ['thread', 'fork'])
@@ -115,7 +116,7 @@ def test_slow_requests_come_from_the_slow_log(stack, mode):
     one = stack(mode, '--slow-log', '0.5')
     assert one.get('/sleep?ms=1500')[0] == 200
     assert one.get('/sleep?ms=10')[0] == 200
-    assert wait_for(lambda: status_json(one)['slow requests'] == 1)
+    wait_until(lambda: status_json(one)['slow requests'] == 1, WAIT, interval=0.05)
 
 
 class Backend:

@@ -12,10 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 
 from tests.integration.peers import REPO, ManagedProcess, require
+from tests.waiting import wait_until
 
 PAGE = REPO / 'docs' / 'systemd.md'
 
@@ -62,10 +62,11 @@ def test_the_documented_unit_pair_under_socket_activation(tmp_path):
     try:
         # systemd-socket-activate starts the service at the first connection, as a .socket
         # unit without Accept= does: that request waits in the socket's backlog.
-        deadline = time.monotonic() + 30
-        while not os.path.exists(listen):
-            assert backend.alive() and time.monotonic() < deadline, backend.describe()
-            time.sleep(0.05)
+
+        def listening():
+            assert backend.alive(), backend.describe()
+            return os.path.exists(listen)
+        wait_until(listening, 30, what=lambda: '%s\n%s' % (listen, backend.describe()))
         assert ask() == b'Hello world!\n'
         ready = notices(notify)
         assert ready.get('READY') == '1' and ready['MAINPID'] == str(backend.pid), ready
@@ -77,9 +78,8 @@ def test_the_documented_unit_pair_under_socket_activation(tmp_path):
         assert ask() == b'Hello world!\n'
         os.kill(backend.pid, signal.SIGTERM)  # KillSignal
         assert notices(notify).get('STOPPING') == '1'
-        deadline = time.monotonic() + 30
-        while backend.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not backend.alive(), 30,
+                   what=lambda: 'the service to exit\n' + backend.describe())
         assert backend.status() == 'exited 0', backend.describe()
     finally:
         notify.close()

@@ -14,13 +14,15 @@ Routes (first segment of PATH_INFO, else of REQUEST_URI), all answering ``text/p
   /spool?tag=T[&raise=1]  waits for ``$FAULT_DIR/T.go``, then reads the body; answers its
                         length, or raises
 Every request appends its path to ``$FAULT_DIR/calls`` so a test can prove one never ran.
-Standard library only.
+Standard library only (and tests/waiting.py).
 """
 import os
 import signal
 import threading
 import time
 from urllib.parse import parse_qs
+
+from tests.waiting import wait_until
 
 FAULT_DIR = os.environ.get("FAULT_DIR", ".")
 WAIT_LIMIT = 60.0  # no route waits longer than this for the test, whatever happens
@@ -36,14 +38,6 @@ def _alarm_handler(signum, frame):
 def _tick():
     while True:
         _ticker["count"] += 1
-        time.sleep(0.01)
-
-
-def _wait_for(path):
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise RuntimeError("fault_app: %s never appeared" % path)
         time.sleep(0.01)
 
 
@@ -105,7 +99,8 @@ def app(environ, start_response):
         _leaked.append(open(os.devnull))
         body = "%d %d" % (pid, len(os.listdir("/proc/self/fd")))
     elif route == "/spool":
-        _wait_for(os.path.join(FAULT_DIR, query["tag"] + ".go"))
+        go = os.path.join(FAULT_DIR, query["tag"] + ".go")
+        wait_until(lambda: os.path.exists(go), WAIT_LIMIT, what=go, interval=0.01)
         length = _read_body(environ)
         if query.get("raise"):
             raise RuntimeError("fault_app: raising after reading %d bytes" % length)

@@ -11,16 +11,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 from tests import ajp_client, fcgi_client, scgi_client
 from tests.integration.backend_process import ROOT, free_port
+from tests.waiting import wait_until
 
 from flupfast.protocols import fastcgi
 
 APP = "tests.reliability.fault_app:app"
 START_TIMEOUT = 30.0
-WAIT = 30.0          # generous bound for "eventually" on a loaded 2-core machine
+WAIT = 30.0          # generous bound for wait_until on a loaded 2-core machine
 IO_TIMEOUT = 30.0
 
 PROTOCOLS = ("fcgi", "scgi", "ajp")
@@ -29,16 +29,6 @@ PROTOCOLS = ("fcgi", "scgi", "ajp")
 def long_tests():
     """FLUPFAST_LONG_TESTS=1 runs the full-size variants (1,000 clients per config...)."""
     return os.environ.get("FLUPFAST_LONG_TESTS", "") not in ("", "0")
-
-
-def eventually(predicate, timeout=WAIT, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(interval)
-    return predicate()
 
 
 # -- /proc ------------------------------------------------------------------------------------
@@ -131,17 +121,16 @@ class Backend:
             raise
 
     def _wait_listening(self):
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
+        def listening():
             if self.proc.poll() is not None:
                 raise AssertionError("server exited at start:\n" + self.log())
             try:
                 with self.connect(timeout=1.0):
-                    return
+                    return True
             except OSError:
-                time.sleep(0.05)
-        raise AssertionError("server not listening after %.0f s:\n%s"
-                             % (START_TIMEOUT, self.log()))
+                return False
+        wait_until(listening, START_TIMEOUT, interval=0.05,
+                   what=lambda: "the server to listen:\n" + self.log())
 
     def connect(self, timeout=IO_TIMEOUT, source=None):
         if isinstance(self.address, str):
@@ -174,8 +163,8 @@ class Backend:
     def held_pid(self, tag):
         """The pid of the process running ``/hold?tag=``, once the app got there."""
         path = self.workdir / (tag + ".pid")
-        assert eventually(lambda: path.exists() and path.read_text()), \
-            "request %s never reached the app\n%s" % (tag, self.log())
+        wait_until(lambda: path.exists() and path.read_text(), WAIT,
+                   what=lambda: "request %s to reach the app\n%s" % (tag, self.log()))
         return int(path.read_text())
 
     def calls(self):

@@ -19,7 +19,8 @@ import pytest
 
 from flupfast.body import ClientDisconnected, Spool, spool_directory
 from tests import fcgi_client, scgi_client
-from tests.reliability.fault_harness import Exchange, ask, eventually, fd_targets
+from tests.reliability.fault_harness import WAIT, Exchange, ask, fd_targets
+from tests.waiting import wait_until
 from tests.reliability.test_faults import start  # noqa: F401  (a fixture)
 
 STRANGER = "127.0.0.2"
@@ -126,7 +127,7 @@ def test_unprivileged_app_behind_a_socket_only_the_web_server_can_open():
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)
     try:
-        assert eventually(lambda: os.path.exists(sock_path) or proc.poll() is not None, 30)
+        wait_until(lambda: os.path.exists(sock_path) or proc.poll() is not None, 30)
         assert proc.poll() is None, proc.stderr.read().decode()
         info = os.stat(sock_path)
         assert stat.S_IMODE(info.st_mode) == 0o770
@@ -175,7 +176,7 @@ def test_spooled_body_private_and_released(start, tmp_path, ending):
     try:
         sock.sendall(head)
         sock.sendall(rest if ending != "client-leaves" else rest[:2 << 20])
-        files = eventually(lambda: spool_files(backend.pid))
+        files = wait_until(lambda: spool_files(backend.pid), WAIT)
         assert_private(files)
         directory = next(iter(files.values()))[2]
         if ending == "client-leaves":
@@ -189,7 +190,7 @@ def test_spooled_body_private_and_released(start, tmp_path, ending):
                 assert answer.status == 500
     finally:
         sock.close()
-    assert eventually(lambda: not spool_files(backend.pid))
+    wait_until(lambda: not spool_files(backend.pid), WAIT)
     assert ask(backend, "/").status == 200
     backend.signal(signal.SIGTERM)
     assert backend.wait_exit() == 0

@@ -29,7 +29,8 @@ import pytest
 from flupfast.limits import MAX_QUEUED_CONNECTIONS
 from tests.integration.backend_process import Server
 from tests.reliability.fault_harness import (
-    PROTOCOLS, WAIT, Backend, Exchange, ask, eventually, fd_count, is_overloaded)
+    PROTOCOLS, WAIT, Backend, Exchange, ask, fd_count, is_overloaded)
+from tests.waiting import wait_until
 
 BODY = b"b" * 100
 
@@ -93,8 +94,8 @@ def test_prefork_child_killed_mid_request(start, protocol):
         assert answer.status == 200 and answer.body.startswith(b"held %s " % tag.encode())
     exchanges[1].close()
     # Reaped (no zombie) and replaced; the server goes on serving.
-    assert eventually(lambda: victim not in backend.children() | backend.zombies())
-    assert eventually(lambda: len(backend.children()) >= 1)
+    wait_until(lambda: victim not in backend.children() | backend.zombies(), WAIT)
+    wait_until(lambda: len(backend.children()) >= 1, WAIT)
     answers = [ask(backend, "/") for _ in range(5)]
     assert all(a.status == 200 for a in answers), answers
     assert "child %d killed by signal 9" % victim in backend.log()
@@ -109,7 +110,7 @@ def test_sigterm_with_16_in_flight(start, protocol, mode):
     backend = start(protocol, mode, "--max-spare", "2")
     exchanges, _ = hold(backend, 16)
     if mode == "fork":
-        assert eventually(lambda: len(backend.children()) >= 16)
+        wait_until(lambda: len(backend.children()) >= 16, WAIT)
     backend.signal(signal.SIGTERM)
     if mode == "thread":
         # The accept loop stops and the listening socket closes: nobody can connect.
@@ -119,12 +120,12 @@ def test_sigterm_with_16_in_flight(start, protocol, mode):
             except OSError:
                 return True
             return False
-        assert eventually(refused)
+        wait_until(refused, WAIT)
         late = None
     else:
         # Idle children leave at once; the 16 busy ones finish. A connection made now sits in
         # the listen queue of the children's copy of the socket and is never accepted.
-        assert eventually(lambda: len(backend.children()) == 16)
+        wait_until(lambda: len(backend.children()) == 16, WAIT)
         late = Exchange(backend, "/", b"")
     answers = finish(exchanges)
     assert_held_answers(exchanges, answers)
@@ -148,7 +149,7 @@ def test_sighup_with_16_in_flight_then_serves_again(start, protocol, mode):
     answers = finish(exchanges)
     assert_held_answers(exchanges, answers)
     # The command line re-executes itself (same pid) and listens again.
-    assert eventually(lambda: _answers_hello(backend))
+    wait_until(lambda: _answers_hello(backend), WAIT)
     assert backend.proc.poll() is None
     assert "Traceback" not in backend.log()
 
@@ -259,8 +260,9 @@ def test_fork_pool_exhausted_answers_overloaded_after_the_wait(start, protocol, 
     # (a connection arriving before that is still in the spell: OverloadGuard's docstring),
     # the child serves new requests.
     assert_held_answers(held, finish(held))
-    assert eventually(lambda: "a child is free again; 3 connection(s) were answered "
-                              "'overloaded'" in server.log()), server.log()
+    wait_until(lambda: "a child is free again; 3 connection(s) were answered "
+                       "'overloaded'" in server.log(), WAIT,
+               what=lambda: "the 'child is free again' line in the log:\n" + server.log())
     assert [ask(server, "/").status for _ in range(3)] == [200] * 3
     assert not [c for c in server.calls() if "x=" in c]  # refused requests never ran
     assert server.log().count("answering 'overloaded'") == 1
@@ -318,7 +320,7 @@ def test_fork_overloaded_job_class_without_refusal_is_closed(tmp_path):
                     .format(busy=busy, go=go, wait=OVERLOAD_WAIT, path=path))
     try:
         with _flup_style_request(path) as held:
-            assert eventually(lambda: os.path.exists(busy))  # the only child runs it
+            wait_until(lambda: os.path.exists(busy), WAIT)  # the only child runs it
             started = time.monotonic()
             with _flup_style_request(path) as refused:
                 try:
@@ -328,7 +330,7 @@ def test_fork_overloaded_job_class_without_refusal_is_closed(tmp_path):
             assert data == b"" and time.monotonic() - started >= OVERLOAD_WAIT * 0.9
             open(go, "w").close()
             assert held.recv(100) == b"served\n"
-        assert eventually(lambda: "1 connection(s) were answered 'overloaded'" in server.log())
+        wait_until(lambda: "1 connection(s) were answered 'overloaded'" in server.log(), WAIT)
         with _flup_style_request(path) as again:  # served normally
             assert again.recv(100) == b"served\n"
     finally:
@@ -387,5 +389,5 @@ def test_max_requests_recycles_a_leaking_child(start, protocol):
         fds = [n for p, n in replies if p == pid]
         assert len(fds) == 5
         assert fds[-1] - fds[0] == 4  # it leaked one per request, and no more than 5 in all
-    assert eventually(lambda: all(fd_count(p) == 0 for p in set(pids[:15])))  # old ones gone
-    assert backend.zombies() == set() or eventually(lambda: not backend.zombies())
+    wait_until(lambda: all(fd_count(p) == 0 for p in set(pids[:15])), WAIT)  # old ones gone
+    wait_until(lambda: not backend.zombies(), WAIT)

@@ -12,7 +12,8 @@ import threading
 import pytest
 
 from tests.reliability.fault_harness import (
-    PROTOCOLS, Exchange, ask, eventually, fd_count, long_tests, thread_count)
+    PROTOCOLS, WAIT, Exchange, ask, fd_count, long_tests, thread_count)
+from tests.waiting import wait_until
 from tests.reliability.test_faults import start  # noqa: F401  (a fixture)
 
 UPLOAD = b"u" * (256 * 1024)
@@ -57,7 +58,7 @@ def test_clients_disconnecting_leak_nothing(start, protocol, mode):
         assert ask(backend, "/upload", UPLOAD).body == str(len(UPLOAD)).encode()
         assert ask(backend, "/download?size=%d" % DOWNLOAD_SIZE).status == 200
     if mode == "fork":
-        assert eventually(lambda: len(backend.children()) == 2)
+        wait_until(lambda: len(backend.children()) == 2, WAIT)
     parent_fds, parent_threads, child_fds = snapshot(backend)
     max_child_fds = max(child_fds.values(), default=0)
     log_lines = len(backend.log().splitlines())
@@ -83,7 +84,8 @@ def test_clients_disconnecting_leak_nothing(start, protocol, mode):
         return (fds <= parent_fds and nthreads <= parent_threads
                 and len(children) <= 2 and all(n <= max_child_fds for n in children.values())
                 and not backend.zombies())
-    assert eventually(settled), (snapshot(backend), (parent_fds, parent_threads, child_fds))
+    wait_until(settled, WAIT, what=lambda: "the processes to settle: %r" % (
+        (snapshot(backend), (parent_fds, parent_threads, child_fds)),))
     assert ask(backend, "/upload", UPLOAD).body == str(len(UPLOAD)).encode()
     calls = backend.calls()
     assert len(calls) == 6 + count + 1  # every disconnect reached the app first

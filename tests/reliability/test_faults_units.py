@@ -16,7 +16,8 @@ from flupfast.deadline import TimeoutException, request_deadline
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.serving.job import WAIT, Job
 from flupfast.serving.threadpool import ThreadPool
-from tests.reliability.fault_harness import eventually
+from tests.reliability import fault_harness
+from tests.waiting import wait_until
 
 
 class Blocking:
@@ -60,7 +61,7 @@ def test_queue_limit_bounds_jobs_waiting_for_a_thread(pool):
     assert p.add_job(Blocking(), allow_queuing=False) is False
     for job in busy + queued:
         job.release.set()
-    assert eventually(lambda: all(job.ran for job in queued))
+    wait_until(lambda: all(job.ran for job in queued), fault_harness.WAIT)
 
 
 class FakeConnection(Job):
@@ -148,7 +149,7 @@ def test_threaded_mode_answers_overloaded_beyond_the_queue(tmp_path):
     log, address, mode, listener, thread = one_thread_mode(tmp_path)
     try:
         busy = connect(address, line=None)     # holds the thread: never sends a request
-        assert eventually(lambda: len(log) == 1)
+        wait_until(lambda: len(log) == 1, fault_harness.WAIT)
         queued = connect(address)              # waits for the thread
         refused = connect(address)             # beyond the bound
         assert refused.recv(20) == b"overloaded\n"
@@ -195,9 +196,10 @@ def test_threaded_mode_never_ends_a_connection_whose_first_request_is_on_its_way
     thread.start()
     try:
         first = connect(address, line=None)
-        assert eventually(lambda: len(log) == 1)  # on the one thread, waiting for its request
+        # on the one thread, waiting for its request
+        wait_until(lambda: len(log) == 1, fault_harness.WAIT)
         queued = connect(address)
-        assert eventually(lambda: mode.pool.idle_count < 0)  # queued behind it
+        wait_until(lambda: mode.pool.idle_count < 0, fault_harness.WAIT)  # queued behind it
         time.sleep(0.2)  # let the accept loop finish the hand-off (no assertion on timing)
         first.sendall(b"req\n")
         assert first.recv(10) == b"ok\n"
@@ -376,10 +378,13 @@ def test_overload_guard_refuses_after_the_wait_and_forks_only_when_done(exhauste
     clients = [connect(address) for _ in range(2)]
     _waiting(selector, guard)
     started = time.monotonic()
-    while not guard.answering() and time.monotonic() - started < 10:
+
+    def answering():
+        if guard.answering():
+            return True
         guard.tend(listener, selector)  # the parent loop's rounds
-        time.sleep(0.02)
-    assert guard.answering()
+        return False
+    wait_until(answering, 10)
     assert time.monotonic() - started >= 0.25  # not before the bound
     assert not prefork_has_waiting(listener)  # both were accepted
     assert caplog.text.count("answering 'overloaded'") == 1
@@ -393,7 +398,7 @@ def test_overload_guard_refuses_after_the_wait_and_forks_only_when_done(exhauste
     for client in clients:
         assert client.recv(20) == b"overloaded\n"
         client.close()
-    assert eventually(lambda: not guard.answering())
+    wait_until(lambda: not guard.answering(), fault_harness.WAIT)
     mode._tend_pool(listener)
     assert spawned == [listener]
     guard.tend(listener, selector)  # not exhausted any more: the burst is summed up
@@ -414,7 +419,7 @@ def test_overload_guard_bounds_its_answers_and_closes_jobs_without_refusal(
     guard.tend(listener, selector)
     assert len(guard._answers) == 2 and prefork_has_waiting(listener)  # the third waits
     release.set()
-    assert eventually(lambda: not guard.answering())
+    wait_until(lambda: not guard.answering(), fault_harness.WAIT)
     guard.tend(listener, selector)
     for client in clients:
         assert client.recv(20) == b"overloaded\n"

@@ -14,19 +14,11 @@ import pytest
 from flupfast.ops import access_log
 from flupfast.ops.access_log import PIPE_BUF, AccessLog
 from tests.unit.test_ops import hello, run
+from tests.waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 10.0
 NEVER = 3600.0  # a flush delay no test waits for: only the size, a flush or the exit write
-
-
-def wait_for(predicate, timeout=TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def numbered(log, count, first=0, width=0):
@@ -88,10 +80,10 @@ def test_a_burst_is_written_within_the_flush_delay_once_idle(tmp_path, monkeypat
     numbered(log, 300)
     assert spy.sizes == []  # kept: no write per request
     # No flush, no close, no further request: the flusher writes them.
-    assert wait_for(lambda: len(lines_of(path)) == 300)
+    wait_until(lambda: len(lines_of(path)) == 300, TIMEOUT)
     assert lines_of(path) == ['/%d' % n for n in range(300)]
     numbered(log, 5, first=300)  # a second burst after the idle time: its own round
-    assert wait_for(lambda: len(lines_of(path)) == 305)
+    wait_until(lambda: len(lines_of(path)) == 305, TIMEOUT)
     assert lines_of(path)[300:] == ['/%d' % n for n in range(300, 305)]
     assert len(spy.sizes) <= 4
     log.close()
@@ -182,8 +174,8 @@ def test_forked_children_appending_at_once_never_split_a_line(tmp_path, target):
                     os._exit(status)
             children.append(pid)
         os.write(go_w, b'1234')
-        deadline = time.monotonic() + 60
-        while children and time.monotonic() < deadline:
+
+        def ended():  # a FIFO is read meanwhile: the writers would block on a full one
             if reader is not None:
                 try:
                     received.extend(os.read(reader, 65536))
@@ -193,9 +185,8 @@ def test_forked_children_appending_at_once_never_split_a_line(tmp_path, target):
             if pid:
                 assert status == 0
                 children.remove(pid)
-            else:
-                time.sleep(0.001)
-        assert not children
+            return not children
+        wait_until(ended, 60, what='the writing children to end', interval=0.001)
         if reader is not None:
             try:
                 while True:

@@ -14,7 +14,7 @@ from flupfast.serving import threaded
 from flupfast.serving.job import Job
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server.threadedserver import ThreadedServer
-from tests.reliability.fault_harness import eventually
+from tests.waiting import wait_until
 
 WAIT = 30.0
 
@@ -124,7 +124,7 @@ def test_one_connection_goes_to_one_of_many_waiting_leaders(backend, unix_listen
     threads = [_lead_in_thread(leader, out) for _ in range(3)]
     peer = _connect(address)
     try:
-        assert eventually(lambda: len(out) == 1, WAIT)
+        wait_until(lambda: len(out) == 1, WAIT)
         assert out[0] is not None
         out[0][0].close()
     finally:
@@ -145,11 +145,11 @@ def test_more_waiting_leaders_than_sets_one_connection_one_wake_then_close(backe
     threads = [_lead_in_thread(leader, out) for _ in range(20)]
     peer = _connect(address)
     try:
-        assert eventually(lambda: len(out) == 1, WAIT)
+        wait_until(lambda: len(out) == 1, WAIT)
         assert out[0] is not None
         out[0][0].close()
         leader.wake()
-        assert eventually(lambda: len(out) == 2, WAIT)
+        wait_until(lambda: len(out) == 2, WAIT)
         assert out[1] is None
     finally:
         leader.close()
@@ -168,7 +168,7 @@ def test_one_wake_ends_exactly_one_of_many_waiting_leaders(backend, unix_listene
     threads = [_lead_in_thread(leader, out) for _ in range(3)]
     try:
         leader.wake()
-        assert eventually(lambda: len(out) == 1, WAIT)
+        wait_until(lambda: len(out) == 1, WAIT)
         alive = [thread for thread in threads if thread.is_alive()]
         alive[0].join(0.2)
         assert len(out) == 1 and len(alive) == 2  # the other two wait on
@@ -197,7 +197,7 @@ def test_connections_after_a_leading_thread_exited_still_reach_a_waiting_one(bac
         waiting = []
         threads = [_lead_in_thread(leader, waiting) for _ in range(2)]
         peers.append(_connect(address))
-        assert eventually(lambda: len(waiting) == 1, WAIT)
+        wait_until(lambda: len(waiting) == 1, WAIT)
         assert waiting[0] is not None
         waiting[0][0].close()
         leader.close()
@@ -268,7 +268,7 @@ def serve_mode(backend, monkeypatch, unix_listener):
         # woke it (the last free one took a connection), never on its own.
         thread = threading.Thread(target=mode.serve, args=(listener, 3600), daemon=True)
         thread.start()
-        assert eventually(lambda: mode._leading, WAIT)
+        wait_until(lambda: mode._leading, WAIT)
         started.append((mode, thread, state))
         return mode, state, address
 
@@ -278,7 +278,7 @@ def serve_mode(backend, monkeypatch, unix_listener):
         mode.shutdown(5)
         thread.join(WAIT)
         assert not thread.is_alive()
-        assert eventually(lambda: mode.pool.worker_count == 0, WAIT)
+        wait_until(lambda: mode.pool.worker_count == 0, WAIT)
 
 
 def _ask(sock):
@@ -304,7 +304,7 @@ def test_a_burst_with_every_worker_busy_loses_no_connection(serve_mode):
         assert state["started"].acquire(timeout=WAIT)  # both workers busy, gated
     socks += [_connect(address) for _ in range(10)]  # all at once, nobody free to accept
     # The loop took over accepting (no worker left to lead) and queued them.
-    assert eventually(lambda: mode.pool.idle_count <= -10, WAIT)
+    wait_until(lambda: mode.pool.idle_count <= -10, WAIT)
     state["gate"].set()
     assert [_ask(sock) for sock in socks] == [b"ok\n"] * 12
     assert state["most"] == 2  # maxThreads honoured throughout
@@ -318,7 +318,7 @@ def test_overloaded_is_still_answered_beyond_the_queue(serve_mode):
     busy = _connect(address)
     assert state["started"].acquire(timeout=WAIT)
     queued = _connect(address)
-    assert eventually(lambda: mode.pool.idle_count == -1, WAIT)
+    wait_until(lambda: mode.pool.idle_count == -1, WAIT)
     refused = _connect(address)
     assert refused.recv(20) == b"overloaded\n"
     state["gate"].set()
@@ -333,14 +333,14 @@ def test_a_new_leader_takes_over_once_a_worker_is_free_again(serve_mode):
     busy = [_connect(address) for _ in range(3)]
     for _ in range(3):
         assert state["started"].acquire(timeout=WAIT)
-    assert eventually(lambda: mode.listener_watched, WAIT)  # no worker free: the loop accepts
+    wait_until(lambda: mode.listener_watched, WAIT)  # no worker free: the loop accepts
     state["gate"].set()
     assert [_ask(sock) for sock in busy] == [b"ok\n"] * 3
-    assert eventually(lambda: mode.pool.idle_count == 3, WAIT)
+    wait_until(lambda: mode.pool.idle_count == 3, WAIT)
     sock = _connect(address)  # wakes the loop, which then sees free workers and stops watching
     assert _ask(sock) == b"ok\n"
     sock.close()
-    assert eventually(lambda: not mode.listener_watched, WAIT)
+    wait_until(lambda: not mode.listener_watched, WAIT)
     before = len(mode.loop_accepts)
     for _ in range(6):
         sock = _connect(address)

@@ -18,9 +18,10 @@ from flupfast.serving.job import Job
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
-from tests.reliability.fault_harness import eventually
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not parking.supported(), reason="no epoll")
+WAIT = 30.0  # generous bound for wait_until on a loaded 2-core machine
 
 SLOW = threading.Event()
 
@@ -53,7 +54,7 @@ def served(backend, monkeypatch, tmp_path):
         thread = threading.Thread(target=mode.serve, args=(listener, 0.05), daemon=True)
         thread.start()
         modes.append((mode, thread))
-        assert eventually(lambda: mode.parked.open)
+        wait_until(lambda: mode.parked.open, WAIT)
         return mode
 
     socks = []
@@ -88,8 +89,8 @@ def test_idle_kept_connections_hold_no_thread(served):
         for i, sock in enumerate(socks):
             assert ask(sock, '/%d-%d' % (round_, i)).body == b'hello /%d-%d' % (round_, i)
     # All twelve parked: no worker busy, none blocked in recv.
-    assert eventually(lambda: len(mode.parked._parked) == 12)
-    assert eventually(lambda: mode.pool.busy_threads() == 0)
+    wait_until(lambda: len(mode.parked._parked) == 12, WAIT)
+    wait_until(lambda: mode.pool.busy_threads() == 0, WAIT)
     assert mode.pool.worker_count <= 5
 
 
@@ -128,8 +129,8 @@ def test_parked_connection_closed_by_the_peer_is_closed_and_forgotten(served):
         sock = connect()
         assert ask(sock).end == (0, 0)
         sock.close()
-    assert eventually(lambda: len(mode.parked._parked) <= 1)
-    assert eventually(lambda: _open_fds() <= baseline)
+    wait_until(lambda: len(mode.parked._parked) <= 1, WAIT)
+    wait_until(lambda: _open_fds() <= baseline, WAIT)
 
 
 def test_ready_connection_is_served_while_a_worker_runs_a_long_request(served):
@@ -152,7 +153,7 @@ def test_shutdown_closes_parked_connections_at_once(served):
     socks = [connect() for _ in range(3)]
     for sock in socks:
         assert ask(sock).end == (0, 0)
-    assert eventually(lambda: len(mode.parked._parked) == 3)
+    wait_until(lambda: len(mode.parked._parked) == 3, WAIT)
     started = time.monotonic()
     mode.shutdown(5)
     assert time.monotonic() - started < 2  # not the grace

@@ -11,6 +11,9 @@ from flupfast.serving.prefork import (
     BUSY, EXITING, IDLE, STATUS_BUSY, STATUS_IDLE, PoolChange, PoolLimits, decide_pool_change,
     notify_parent, serve_child)
 from flupfast.server.preforkserver import PreforkServer
+from tests.waiting import wait_until
+
+WAIT = 10.0  # generous bound for a child's report on a loaded machine
 
 
 def simulate(limits, states, steps, rng):
@@ -291,13 +294,6 @@ def test_notify_parent_reports_a_gone_parent():
 
 # -- the scoreboard: children report in shared memory, waking the parent only when needed ------
 
-def _wait_for(predicate):
-    for _ in range(1000):
-        if predicate():
-            return True
-        threading.Event().wait(0.01)
-    return False
-
 
 def run_board_child(tmp_path, loop, size, min_spare):
     """A child loop reporting in slot 3 of a ``size``-byte board (``min_spare``, max_spare 5),
@@ -315,9 +311,9 @@ def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
     # the idle sibling: going busy leaves min_spare=1 idle
     shared, listen, parent, child, thread = run_board_child(tmp_path, child_loop, 8, 1)
     try:
-        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
         assert listen.request(2) == [b"ok\n", b"ok\n"]
-        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
         parent.setblocking(False)
         with pytest.raises(BlockingIOError):
             parent.recv(1)  # idle count stayed within [min_spare, max_spare]: no wake-up
@@ -326,7 +322,7 @@ def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
         shared[0] = STATUS_BUSY[0]
         assert listen.request(1) == [b"ok\n"]
         assert recv_exact(parent, 1) == STATUS_BUSY
-        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
         parent.setblocking(False)
         with pytest.raises(BlockingIOError):
             parent.recv(1)
@@ -353,19 +349,19 @@ def test_board_child_wakes_the_parent_at_a_crossing_not_past_it(tmp_path, child_
     # one idle sibling: busy leaves 1 idle, min_spare 3
     shared, listen, parent, child, thread = run_board_child(tmp_path, child_loop, 16, 3)
     try:
-        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
         parent.setblocking(False)
         try:  # the first report (idle 2 < min_spare 3) may or may not have crossed: drain
             parent.recv(16)
         except BlockingIOError:
             pass
         assert listen.request(2) == [b"ok\n", b"ok\n"]
-        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
         _assert_no_report(parent)  # 1 idle while busy: below min_spare, but not a crossing
         for slot in (4, 5, 6, 7, 8, 9, 10):  # 8 idle with this one: past max_spare + 1
             shared[slot] = STATUS_IDLE[0]
         assert listen.request(1) == [b"ok\n"]
-        assert _wait_for(lambda: shared[3] == STATUS_IDLE[0])
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
         _assert_no_report(parent)
         shared[0] = STATUS_BUSY[0]  # now this one turning busy leaves none idle: a crossing
         for slot in (4, 5, 6, 7, 8, 9, 10):

@@ -14,9 +14,10 @@ from flupfast.serving import handover, parking
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server import ajp_base, fcgi_base
 from tests import ajp_client, fcgi_client
-from tests.reliability.fault_harness import eventually
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not parking.supported(), reason="no epoll")
+WAIT = 30.0  # generous bound for wait_until on a loaded 2-core machine
 
 
 def app(environ, start_response):
@@ -64,7 +65,7 @@ def test_a_reload_keeps_idle_kept_connections_for_the_next_run(backend, monkeypa
             mode = ThreadedMode(job_class, (server, None), min_spare=1, max_spare=4)
             thread = threading.Thread(target=mode.serve, args=(listener, 0.05), daemon=True)
             thread.start()
-            assert eventually(lambda: mode.parked.open)
+            wait_until(lambda: mode.parked.open, WAIT)
             if not socks:
                 for _ in range(3):
                     sock = socket.socket(socket.AF_UNIX)
@@ -73,7 +74,7 @@ def test_a_reload_keeps_idle_kept_connections_for_the_next_run(backend, monkeypa
                     socks.append(sock)
             for i, sock in enumerate(socks):
                 assert ask(sock, '/%d-%d' % (generation, i)) == b'hello /%d-%d' % (generation, i)
-            assert eventually(lambda: len(mode.parked._parked) == 3)
+            wait_until(lambda: len(mode.parked._parked) == 3, WAIT)
             mode.stop(reload=True)
             thread.join(10)
             mode.shutdown(5)
@@ -103,7 +104,7 @@ def test_a_stop_still_closes_them(backend, tmp_path):
     try:
         sock.connect(listener.getsockname())
         assert fcgi_ask(sock, '/') == b'hello /'
-        assert eventually(lambda: len(mode.parked._parked) == 1)
+        wait_until(lambda: len(mode.parked._parked) == 1, WAIT)
         mode.stop()
         thread.join(10)
         mode.shutdown(5)

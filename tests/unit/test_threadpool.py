@@ -9,17 +9,9 @@ import pytest
 
 from flupfast.serving.threadpool import ThreadPool
 from flupfast.server import threadpool as facade
+from tests.waiting import wait_until
 
-WAIT = 10.0  # generous bound for "eventually"
-
-
-def eventually(predicate, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
+WAIT = 10.0  # generous bound for wait_until
 
 
 class BlockingJob:
@@ -53,7 +45,7 @@ def pools():
 def test_starts_max_spare_threads_at_construction(pools):
     pool = pools(min_spare=1, max_spare=3)
     assert pool.worker_count == 3
-    assert eventually(lambda: pool.idle_count == 3)
+    wait_until(lambda: pool.idle_count == 3, WAIT)
 
 
 def test_initial_threads_never_above_max_threads(pools):
@@ -138,7 +130,7 @@ def test_worker_exits_after_job_when_max_spare_idle(pools):
         for job in jobs:
             job.release.set()
     # Extra threads leave once max_spare are idle (flup threadpool.py:143-151).
-    assert eventually(lambda: pool.worker_count == 2 and pool.idle_count == 2)
+    wait_until(lambda: pool.worker_count == 2 and pool.idle_count == 2, WAIT)
 
 
 def test_job_exception_is_logged_with_traceback(pools, caplog):
@@ -149,8 +141,8 @@ def test_job_exception_is_logged_with_traceback(pools, caplog):
     pool = pools(min_spare=1, max_spare=1)
     with caplog.at_level(logging.ERROR, logger="flupfast"):
         assert pool.add_job(Boom())
-        assert eventually(lambda: any("kaboom" in (r.exc_text or "") or r.exc_info
-                                      for r in caplog.records))
+        wait_until(lambda: any("kaboom" in (r.exc_text or "") or r.exc_info
+                               for r in caplog.records), WAIT)
     record = caplog.records[0]
     assert record.name == "flupfast"
     assert record.exc_info and record.exc_info[0] is RuntimeError
@@ -174,7 +166,7 @@ def test_shutdown_is_bounded_and_stops_idle_workers():
         assert pool.add_job(BlockingJob()) is False  # stopped pools refuse
     finally:
         job.release.set()
-    assert eventually(lambda: pool.worker_count == 0)
+    wait_until(lambda: pool.worker_count == 0, WAIT)
     assert job.thread.daemon
 
 
