@@ -4,6 +4,7 @@ now. The exception then lands in the app's loop, never in the server's own code 
 sending) that runs before the app, which a short real deadline may hit on a loaded machine.
 """
 import threading
+import time
 
 from flupfast import deadline
 
@@ -27,3 +28,15 @@ def expire_armed_deadlines():
     for entry in list(watchdog._armed.values()):
         entry.due = 0
     watchdog.wake()
+
+
+def run_side_by_side(target, threads=4, timeout=60):
+    """Run ``target`` in ``threads`` daemon threads at once; the ones still running after
+    ``timeout`` seconds in all (a hang must fail the test, not stop the suite)."""
+    started = [threading.Thread(target=target, daemon=True) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    give_up = time.monotonic() + timeout
+    for thread in started:
+        thread.join(max(0, give_up - time.monotonic()))
+    return [thread for thread in started if thread.is_alive()]

@@ -6,6 +6,7 @@ import threading
 import time
 
 from flupfast.deadline import TimeoutException, request_deadline
+from tests.unit.deadline_helpers import run_side_by_side
 
 
 def busy(seconds):
@@ -48,13 +49,7 @@ def test_requests_ending_as_their_deadline_passes_leave_the_watchdog_working():
             except TimeoutException:  # landed after the with block: it must not
                 outcome['raised after the request'] += 1
 
-    threads = [threading.Thread(target=requests, daemon=True) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    give_up = time.monotonic() + 60
-    for thread in threads:
-        thread.join(max(0, give_up - time.monotonic()))
-    assert not any(thread.is_alive() for thread in threads), 'a request hung arming or disarming'
+    assert not run_side_by_side(requests), 'a request hung arming or disarming'
     assert outcome['raised after the request'] == 0
     assert outcome['timed out'] + outcome['ended'] == 1200
     assert deadline_fires()

@@ -15,6 +15,7 @@ from flupfast.ops.request_timeout import RequestTimeout
 from flupfast.serving.prefork import PreforkMode
 from flupfast.serving.prefork.arbiter import ChildRecord
 from flupfast.serving.prefork.child import EXIT_REQUEST_TIMEOUT, end_for_request_timeout
+from tests.unit.deadline_helpers import run_side_by_side
 
 ENVIRON = {'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/stuck?x=1'}
 
@@ -224,14 +225,9 @@ def test_requests_ending_as_they_are_terminated_get_no_exception_afterwards(capl
             outcome[result] += 1
 
     with caplog.at_level(logging.CRITICAL, logger='flupfast.requesttimeout'):
-        threads = [threading.Thread(target=requests, daemon=True) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        give_up = time.monotonic() + 60
-        for thread in threads:
-            thread.join(max(0, give_up - time.monotonic()))
+        hung = run_side_by_side(requests)
         watch._watcher_pid = None  # its watcher thread ends
-    assert not any(thread.is_alive() for thread in threads)
+    assert not hung
     assert outcome['raised after the request'] == 0, outcome
     assert sum(outcome.values()) == 1200
     assert outcome['terminated'] > 0  # the race was run
