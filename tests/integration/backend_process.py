@@ -1,6 +1,7 @@
 """Servers under test as subprocesses: a free port, waiting until they listen, and stopping
 them by PID (SIGTERM, SIGKILL after a bound), with their stderr for assertions."""
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,17 +18,44 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # to the next bind(0) as well: servers started together (their ports picked before any of them
 # binds) would then collide with "Address already in use".
 _given_ports = set()
+_random = random.SystemRandom()  # not the seeded ``random``: parallel runs must not agree
+
+
+def _ephemeral_low():
+    """The lowest port of the kernel's ephemeral range, or None."""
+    try:
+        with open('/proc/sys/net/ipv4/ip_local_port_range') as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def free_port(host='127.0.0.1'):
-    """A TCP port free on ``host`` now and not handed out before by this process."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        if port not in _given_ports:
-            _given_ports.add(port)
-            return port
+    """A TCP port free on ``host`` now and not handed out before by this process. Picked below
+    the kernel's ephemeral range: a port in it can be taken, between our check and the
+    server's bind, as the source port of any process's outgoing connection (a front's to its
+    backend, a client's), which a loaded machine running suites side by side did."""
+    low = _ephemeral_low()
+    family = socket.AF_INET6 if ':' in host else socket.AF_INET
+    for _ in range(500):
+        if low is not None and low > 4096:
+            port = _random.randrange(max(1024, low - 12000), low)
+        else:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port = sock.getsockname()[1]
+        if port in _given_ports:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            # As the servers bind (all set SO_REUSEADDR): a TIME_WAIT left on it is no obstacle.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _given_ports.add(port)
+        return port
+    raise RuntimeError('no free TCP port on %s' % host)
 
 
 def wait_connectable(address, proc, timeout=15):
