@@ -69,7 +69,8 @@ def test_many_requests_make_few_writes(tmp_path, monkeypatch):
     assert all(size <= log.buffer_size + 200 for size in spy.sizes)
     log.close()
     lines = lines_of(path)
-    assert len(lines) == requests and len(set(lines)) == 1  # the same request each time
+    # The same request each time (its time aside: 2,000 requests may straddle a second).
+    assert len(lines) == requests and len({re.sub(r'\[[^]]*\]', '', line) for line in lines}) == 1
     assert len(spy.sizes) < requests // 50
 
 
