@@ -170,8 +170,9 @@ class SCGIConnection(LoggedConnection):
 
     def _finish(self):
         """Close; when body bytes may still be on the way, close lingering so the web
-        server reads our response instead of a reset."""
-        body = self._body
+        server reads our response instead of a reset. The body source is dropped: it refers
+        to this connection (a cycle the garbage collector would have to find)."""
+        body, self._body = self._body, None
         if body is not None and body.left > 0:
             self.linger_close()
         else:
