@@ -68,8 +68,10 @@ class SCGIRequest:
         sent yet (flup scgi_base.py:150-175)."""
         environ = self.environ
         logger = self.logger
-        debug = logger.isEnabledFor(logging.DEBUG)
-        if debug or logger.isEnabledFor(logging.INFO):  # the line's arguments only when logged
+        # DEBUG is on only where INFO is: at flup's WARNING one check, not two.
+        info = logger.isEnabledFor(logging.INFO)
+        debug = info and logger.isEnabledFor(logging.DEBUG)
+        if info:  # the line's arguments only when logged
             fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], fastlog.readable(
                 environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')))
         if debug:
@@ -147,7 +149,10 @@ class SCGIConnection(LoggedConnection):
         self._body, stdin = _impl.open_scgi_body(self, first, content_length)
         output = RawOutputStream(self)
         req = self.server.requestClass(self, environ, stdin, output)
-        with request_deadline(self._timeout, self._timed_out):
+        if self._timeout:
+            with request_deadline(self._timeout, self._timed_out):
+                req.run()
+        else:  # the threaded servers' case: no watchdog to arm and disarm
             req.run()
         if not self.closed:
             output.flush()
