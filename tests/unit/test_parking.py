@@ -312,3 +312,36 @@ def test_a_served_job_is_freed_by_reference_counting():
         gc.enable()
         ours.close()
         peer.close()
+
+
+def test_the_last_worker_leaving_wakes_a_waiting_waiter_and_only_then_notifies():
+    """leave() notifies the waiter (so it watches the set itself again) when it waits on the
+    condition, and skips Condition.notify's Python code after every connection otherwise."""
+    parked = parking.ParkedSet(hand_off=lambda tracked: None)
+    notified = []
+    parked.enter()
+    parked.enter()
+
+    def waiter():
+        with parked._cond:
+            parked._waiter_waits = True
+            notified.append(parked._cond.wait(30))
+            parked._waiter_waits = False
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    try:
+        wait_until(lambda: parked._cond._waiters, 10, 'the waiter on the condition')
+        parked.leave()  # one worker still runs: no notify
+        assert not notified
+        parked.leave()
+        thread.join(10)
+        assert notified == [True]
+    finally:
+        with parked._cond:
+            parked._cond.notify_all()
+        thread.join(10)
+    notifies = []
+    parked._cond.notify = lambda *a: notifies.append(a)
+    parked.enter()
+    parked.leave()  # the waiter is not waiting: nothing to notify
+    assert notifies == []
