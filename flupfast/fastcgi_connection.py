@@ -125,7 +125,11 @@ class FastCGIConfig:
 class FastCGIConnection(Connection):
     """A FastCGI connection from the web server (spec 3): requests one after another in this
     thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
+    A subclass may fix ``multiplexed`` as a class attribute (fcgi_base's two classes do: no
+    __init__ of their own per connection); None takes the server's config.
     """
+
+    multiplexed = None
 
     def __init__(self, sock, addr, server, timeout=None, config=None):
         super().__init__(sock, addr)
@@ -134,8 +138,10 @@ class FastCGIConnection(Connection):
         if config is None:  # built outside the server's run() (a flup-style jobArgs, a test)
             config = server._connectionConfig()
         self._config = config
-        self.multiplexed = config.multiplexed
-        self.can_park = not self.multiplexed
+        multiplexed = self.multiplexed
+        if multiplexed is None:
+            multiplexed = self.multiplexed = config.multiplexed
+        self.can_park = not multiplexed
         self.max_content = config.max_content
         self._parser = _impl.FastCGIParser()
         self._events = collections.deque()
