@@ -74,8 +74,9 @@ class _TrackedJob:
                 tracked._run_once(parked)
                 # Connections queued for a thread go first: this one goes back to the pool.
                 # Nothing parked (a connection that closed, keep_conn off): no linger on an
-                # empty set; the thread is free for the next connection at once.
-                tracked = None if pool.has_queued() or not parked.has_parked() \
+                # empty set; the thread is free for the next connection at once (asked
+                # first: on that path the queue's question is not asked at all).
+                tracked = None if not parked.has_parked() or pool.has_queued() \
                     else parked.take_ready()
                 if tracked is not None:
                     self._active.add(tracked)
