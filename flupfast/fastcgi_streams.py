@@ -74,27 +74,28 @@ class StderrStream(StdoutStream):
     """
 
     record_type = fcgi.FCGI_STDERR
-
-    def __init__(self, conn, io):
-        super().__init__(conn, io)
-        self._held = []
+    # Nothing held: a list once something is (no __init__ of its own: one per request).
+    _held = ()
 
     def write(self, data):
         if isinstance(data, str):
             data = data.encode('utf-8')
         if data:
-            self._held.append(bytes(data))
+            if self._held:
+                self._held.append(bytes(data))
+            else:
+                self._held = [bytes(data)]
 
     def flush(self):
         if self._held:
-            held, self._held = self._held, []
+            held, self._held = self._held, ()
             self.write_parts((b''.join(held),))
 
     def end_buffers(self):
         buffers = []
         io = self._io
         if self._held and not io.aborted:
-            held, self._held = self._held, []
+            held, self._held = self._held, ()
             buffers = _impl.frame_stdout(io.request_id, b''.join(held),
                                          self._conn.max_content, self.record_type)
             self.dataWritten = True
