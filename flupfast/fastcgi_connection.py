@@ -279,7 +279,8 @@ class FastCGIConnection(Connection):
                 if thread is not None:
                     thread.join()
                 self._release_spools(req)  # also when the request's thread died unended
-        self.close()
+        if not self.closed:  # usually closed already, by the last request's end
+            self.close()
 
     @staticmethod
     def _release_spools(req):
