@@ -32,7 +32,7 @@ class RawOutputStream(PartsWriter):
         self.dataWritten = False
 
     def write_parts(self, parts, hold=False):
-        buffers = [part for part in parts if part]
+        buffers = list(filter(None, parts))  # in C: a comprehension is a call of its own
         if buffers:
             self.dataWritten = True
             self._conn.send(buffers, hold)
