@@ -184,10 +184,14 @@ class LoggedConnection(Connection):
     returns ``served`` (the prefork child counts it against maxRequests).
     """
 
-    def __init__(self, sock, addr, server, timeout, logger_name):
+    logger_name = None  # the protocol's logger: a class attribute, or given
+
+    def __init__(self, sock, addr, server, timeout=None, logger_name=None):
         super().__init__(sock, addr)
         self.server = server
         self._timeout = timeout
+        if logger_name is None:
+            logger_name = self.logger_name
         logger = _loggers.get(logger_name)
         if logger is None:
             logger = _loggers[logger_name] = logging.getLogger(logger_name)

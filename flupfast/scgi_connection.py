@@ -110,10 +110,7 @@ class SCGIConnection(LoggedConnection):
     decoder = 'decode_scgi_request'  # the codec's name in _impl (looked up per request)
     error = SCGIError
     head_name = 'the header netstring'
-
-    def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr, server, timeout, self.logger_name)
-        self._body = None
+    _body = None  # the body source once the head is read (no __init__ of its own)
 
     def status_prefix(self, environ):
         """What starts the response head: SCGI answers with CGI's ``Status:`` header."""
