@@ -12,14 +12,14 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from operator import attrgetter
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
 from flupfast.connection import Connection, receive_buffer
 from flupfast.deadline import request_deadline
-from flupfast.fastcgi_streams import (RequestIO, StderrStream, StdoutStream, _completed_records,
-                                      _StreamSource)
+from flupfast.fastcgi_streams import RequestIO, StderrStream, StdoutStream, _completed_records
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import DEFAULT_MAXWRITE, MAX_OPEN_REQUESTS
 from flupfast.output import OVERLOADED_CGI_RESPONSE, shutdown_quietly
@@ -182,13 +182,18 @@ class FastCGIConnection(Connection):
     def open_input(self, io, stream_type):
         if self.multiplexed:
             return _impl.InputStream(io.pending[stream_type].pull)
-        return _impl.InputStream(_StreamSource(self, io, stream_type))
+        # A partial (built in C, no Python __init__): most requests never read their body.
+        return _impl.InputStream(partial(self._pull, io, stream_type))
 
     def _pull(self, io, stream_type):
         """The next chunk of one of a request's input streams; reads the socket only when the
-        app asks, handling whatever else arrives meanwhile (flup's lazy stdin).
+        app asks, handling whatever else arrives meanwhile (flup's lazy stdin). After the
+        request's end (``pending`` None) the stream has nothing more.
         """
-        pending = io.pending[stream_type]
+        pending = io.pending
+        if pending is None:
+            return b''
+        pending = pending[stream_type]
         ended = io.ended
         while not pending:
             if ended[stream_type]:

@@ -1,6 +1,7 @@
-"""A FastCGI request's streams (spec 5.3): STDOUT and STDERR framed as records, the pull of
-a non-multiplexed STDIN/DATA, and ``RequestIO``, all they share with their connection. The
-connection builds them (fastcgi_connection.py); nothing here refers to a request or a socket.
+"""A FastCGI request's streams (spec 5.3): STDOUT and STDERR framed as records, and
+``RequestIO``, all they share with their connection (a non-multiplexed STDIN/DATA pulls through
+the connection's ``_pull``). The connection builds them (fastcgi_connection.py); nothing here
+refers to a request or a socket.
 """
 from flupfast import _impl
 from flupfast.output import PartsWriter
@@ -117,20 +118,3 @@ def _completed_records(request_id):
             _completed[request_id] = records
     return records
 
-
-class _StreamSource:
-    """``pull()`` for one input stream of a non-multiplexed request; after the request's end
-    (``pending`` None) the stream has nothing more."""
-
-    __slots__ = ('_conn', '_io', '_stream_type')
-
-    def __init__(self, conn, io, stream_type):
-        self._conn = conn
-        self._io = io
-        self._stream_type = stream_type
-
-    def __call__(self):
-        io = self._io
-        if io.pending is None:
-            return b''
-        return self._conn._pull(io, self._stream_type)
