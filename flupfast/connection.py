@@ -35,11 +35,13 @@ _thread_state = threading.local()
 
 
 def receive_buffer():
-    buf = getattr(_thread_state, 'recv_buf', None)
-    if buf is None:
-        buf = _thread_state.recv_buf = bytearray(RECV_BUFFER_SIZE)
-        _thread_state.recv_view = memoryview(buf)
-    return buf, _thread_state.recv_view
+    """This thread's (buffer, memoryview of it): one thread-local attribute, read once per
+    receive (a threading.local attribute costs as much as a small Python call)."""
+    pair = getattr(_thread_state, 'recv', None)
+    if pair is None:
+        buf = bytearray(RECV_BUFFER_SIZE)
+        pair = _thread_state.recv = (buf, memoryview(buf))
+    return pair
 
 
 def _wait_sent(sock, seconds):
@@ -182,10 +184,14 @@ class LoggedConnection(Connection):
     returns ``served`` (the prefork child counts it against maxRequests).
     """
 
-    def __init__(self, sock, addr, server, timeout, logger_name):
+    logger_name = None  # the protocol's logger: a class attribute, or given
+
+    def __init__(self, sock, addr, server, timeout=None, logger_name=None):
         super().__init__(sock, addr)
         self.server = server
         self._timeout = timeout
+        if logger_name is None:
+            logger_name = self.logger_name
         logger = _loggers.get(logger_name)
         if logger is None:
             logger = _loggers[logger_name] = logging.getLogger(logger_name)

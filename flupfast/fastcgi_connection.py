@@ -12,14 +12,14 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from operator import attrgetter
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
 from flupfast.connection import Connection, receive_buffer
 from flupfast.deadline import request_deadline
-from flupfast.fastcgi_streams import (RequestIO, StderrStream, StdoutStream, _completed_records,
-                                      _StreamSource)
+from flupfast.fastcgi_streams import RequestIO, StderrStream, StdoutStream, _completed_records
 from flupfast.gateway import is_peer_gone
 from flupfast.limits import DEFAULT_MAXWRITE, MAX_OPEN_REQUESTS
 from flupfast.output import OVERLOADED_CGI_RESPONSE, shutdown_quietly
@@ -125,7 +125,11 @@ class FastCGIConfig:
 class FastCGIConnection(Connection):
     """A FastCGI connection from the web server (spec 3): requests one after another in this
     thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
+    A subclass may fix ``multiplexed`` as a class attribute (fcgi_base's two classes do: no
+    __init__ of their own per connection); None takes the server's config.
     """
+
+    multiplexed = None
 
     def __init__(self, sock, addr, server, timeout=None, config=None):
         super().__init__(sock, addr)
@@ -134,8 +138,10 @@ class FastCGIConnection(Connection):
         if config is None:  # built outside the server's run() (a flup-style jobArgs, a test)
             config = server._connectionConfig()
         self._config = config
-        self.multiplexed = config.multiplexed
-        self.can_park = not self.multiplexed
+        multiplexed = self.multiplexed
+        if multiplexed is None:
+            multiplexed = self.multiplexed = config.multiplexed
+        self.can_park = not multiplexed
         self.max_content = config.max_content
         self._parser = _impl.FastCGIParser()
         self._events = collections.deque()
@@ -176,13 +182,18 @@ class FastCGIConnection(Connection):
     def open_input(self, io, stream_type):
         if self.multiplexed:
             return _impl.InputStream(io.pending[stream_type].pull)
-        return _impl.InputStream(_StreamSource(self, io, stream_type))
+        # A partial (built in C, no Python __init__): most requests never read their body.
+        return _impl.InputStream(partial(self._pull, io, stream_type))
 
     def _pull(self, io, stream_type):
         """The next chunk of one of a request's input streams; reads the socket only when the
-        app asks, handling whatever else arrives meanwhile (flup's lazy stdin).
+        app asks, handling whatever else arrives meanwhile (flup's lazy stdin). After the
+        request's end (``pending`` None) the stream has nothing more.
         """
-        pending = io.pending[stream_type]
+        pending = io.pending
+        if pending is None:
+            return b''
+        pending = pending[stream_type]
         ended = io.ended
         while not pending:
             if ended[stream_type]:
@@ -273,7 +284,8 @@ class FastCGIConnection(Connection):
                 if thread is not None:
                     thread.join()
                 self._release_spools(req)  # also when the request's thread died unended
-        self.close()
+        if not self.closed:  # usually closed already, by the last request's end
+            self.close()
 
     @staticmethod
     def _release_spools(req):

@@ -1,6 +1,7 @@
-"""A FastCGI request's streams (spec 5.3): STDOUT and STDERR framed as records, the pull of
-a non-multiplexed STDIN/DATA, and ``RequestIO``, all they share with their connection. The
-connection builds them (fastcgi_connection.py); nothing here refers to a request or a socket.
+"""A FastCGI request's streams (spec 5.3): STDOUT and STDERR framed as records, and
+``RequestIO``, all they share with their connection (a non-multiplexed STDIN/DATA pulls through
+the connection's ``_pull``). The connection builds them (fastcgi_connection.py); nothing here
+refers to a request or a socket.
 """
 from flupfast import _impl
 from flupfast.output import PartsWriter
@@ -74,27 +75,28 @@ class StderrStream(StdoutStream):
     """
 
     record_type = fcgi.FCGI_STDERR
-
-    def __init__(self, conn, io):
-        super().__init__(conn, io)
-        self._held = []
+    # Nothing held: a list once something is (no __init__ of its own: one per request).
+    _held = ()
 
     def write(self, data):
         if isinstance(data, str):
             data = data.encode('utf-8')
         if data:
-            self._held.append(bytes(data))
+            if self._held:
+                self._held.append(bytes(data))
+            else:
+                self._held = [bytes(data)]
 
     def flush(self):
         if self._held:
-            held, self._held = self._held, []
+            held, self._held = self._held, ()
             self.write_parts((b''.join(held),))
 
     def end_buffers(self):
         buffers = []
         io = self._io
         if self._held and not io.aborted:
-            held, self._held = self._held, []
+            held, self._held = self._held, ()
             buffers = _impl.frame_stdout(io.request_id, b''.join(held),
                                          self._conn.max_content, self.record_type)
             self.dataWritten = True
@@ -116,20 +118,3 @@ def _completed_records(request_id):
             _completed[request_id] = records
     return records
 
-
-class _StreamSource:
-    """``pull()`` for one input stream of a non-multiplexed request; after the request's end
-    (``pending`` None) the stream has nothing more."""
-
-    __slots__ = ('_conn', '_io', '_stream_type')
-
-    def __init__(self, conn, io, stream_type):
-        self._conn = conn
-        self._io = io
-        self._stream_type = stream_type
-
-    def __call__(self):
-        io = self._io
-        if io.pending is None:
-            return b''
-        return self._conn._pull(io, self._stream_type)

@@ -404,23 +404,14 @@ def run_application(application, environ, responder, app_lock=None):
     and leave with the end of the request; any other iterable may stream, so each chunk leaves
     at once. EPIPE and ECONNRESET (the web server went away) end the request quietly and are
     reported by the return value: False when the peer was gone, True otherwise.
+
+    One function, the observer's two calls inside it: it runs for every request, and a
+    helper for the part without the observer cost a call each time.
     """
     response = Response(responder)
     observer = _observer
-    if observer is None:
-        return _run(application, environ, response, app_lock)
-    token = observer.begin(environ)
-    failed = True
-    try:
-        done = _run(application, environ, response, app_lock)
-        failed = False
-        return done
-    finally:
-        observer.end(token, response, failed)
-
-
-def _run(application, environ, response, app_lock):
-    responder = response.responder
+    token = None if observer is None else observer.begin(environ)
+    done = None  # None until the app's part ended without an exception
     if app_lock is not None:
         app_lock.acquire()
     try:
@@ -429,25 +420,27 @@ def _run(application, environ, response, app_lock):
             try:
                 response.result = result
                 more = type(result) in (list, tuple)
-                if type(result) is FileWrapper and hasattr(responder, 'send_file'):
-                    if response.send_file(result.filelike):
-                        return True
-                for data in result:
-                    if data:
-                        response.send(data, more)
-                if not response.headers_sent:
-                    response.send(b'', more)  # the body was empty: headers only
+                if not (type(result) is FileWrapper and hasattr(responder, 'send_file')
+                        and response.send_file(result.filelike)):
+                    for data in result:
+                        if data:
+                            response.send(data, more)
+                    if not response.headers_sent:
+                        response.send(b'', more)  # the body was empty: headers only
             finally:
                 if hasattr(result, 'close'):
                     result.close()
+            done = True
         except OSError as exc:
             if not is_peer_gone(exc):
                 raise
-            return False
+            done = False
     finally:
         if app_lock is not None:
             app_lock.release()
-    return True
+        if observer is not None:
+            observer.end(token, response, done is None)
+    return done
 
 
 def error_page(debug, exc_info=None):

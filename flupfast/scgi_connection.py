@@ -32,7 +32,7 @@ class RawOutputStream(PartsWriter):
         self.dataWritten = False
 
     def write_parts(self, parts, hold=False):
-        buffers = [part for part in parts if part]
+        buffers = list(filter(None, parts))  # in C: a comprehension is a call of its own
         if buffers:
             self.dataWritten = True
             self._conn.send(buffers, hold)
@@ -68,8 +68,10 @@ class SCGIRequest:
         sent yet (flup scgi_base.py:150-175)."""
         environ = self.environ
         logger = self.logger
-        debug = logger.isEnabledFor(logging.DEBUG)
-        if debug or logger.isEnabledFor(logging.INFO):  # the line's arguments only when logged
+        # DEBUG is on only where INFO is: at flup's WARNING one check, not two.
+        info = logger.isEnabledFor(logging.INFO)
+        debug = info and logger.isEnabledFor(logging.DEBUG)
+        if info:  # the line's arguments only when logged
             fastlog.info(logger, '%s %s', environ['REQUEST_METHOD'], fastlog.readable(
                 environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')))
         if debug:
@@ -108,10 +110,7 @@ class SCGIConnection(LoggedConnection):
     decoder = 'decode_scgi_request'  # the codec's name in _impl (looked up per request)
     error = SCGIError
     head_name = 'the header netstring'
-
-    def __init__(self, sock, addr, server, timeout=None):
-        super().__init__(sock, addr, server, timeout, self.logger_name)
-        self._body = None
+    _body = None  # the body source once the head is read (no __init__ of its own)
 
     def status_prefix(self, environ):
         """What starts the response head: SCGI answers with CGI's ``Status:`` header."""
@@ -147,7 +146,10 @@ class SCGIConnection(LoggedConnection):
         self._body, stdin = _impl.open_scgi_body(self, first, content_length)
         output = RawOutputStream(self)
         req = self.server.requestClass(self, environ, stdin, output)
-        with request_deadline(self._timeout, self._timed_out):
+        if self._timeout:
+            with request_deadline(self._timeout, self._timed_out):
+                req.run()
+        else:  # the threaded servers' case: no watchdog to arm and disarm
             req.run()
         if not self.closed:
             output.flush()
@@ -170,8 +172,9 @@ class SCGIConnection(LoggedConnection):
 
     def _finish(self):
         """Close; when body bytes may still be on the way, close lingering so the web
-        server reads our response instead of a reset."""
-        body = self._body
+        server reads our response instead of a reset. The body source is dropped: it refers
+        to this connection (a cycle the garbage collector would have to find)."""
+        body, self._body = self._body, None
         if body is not None and body.left > 0:
             self.linger_close()
         else:

@@ -5,6 +5,9 @@ thread) and, at each SIGUSR2, appends a snapshot {function: calls} as one JSON l
 that the difference of two snapshots / the requests between them is the calls per request
 (callgrind sees Python only as the interpreter's own functions). Thread and single mode only:
 a forked child inherits the counts but never writes them. Slow: never time it.
+
+With ``--opcodes`` before ``--`` it counts the bytecodes each Python function executes instead
+(``sys.settrace`` with opcode events): where the eval loop's own time goes, per function.
 """
 import collections
 import json
@@ -17,8 +20,19 @@ import threading
 
 def main():
     out, args = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
+    opcodes = "--opcodes" in sys.argv[:sys.argv.index("--")]
     counts = collections.Counter()
     lock = threading.Lock()
+
+    def trace(frame, event, arg):
+        if event == "call":
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+        elif event == "opcode":
+            code = frame.f_code
+            counts["%s:%d:%s" % (os.path.basename(code.co_filename), code.co_firstlineno,
+                                 code.co_name)] += 1
+        return trace
 
     def profile(frame, event, arg):
         if event == "call":
@@ -37,8 +51,12 @@ def main():
             f.write(json.dumps(dict(counts)) + "\n")
 
     signal.signal(signal.SIGUSR2, snapshot)
-    threading.setprofile(profile)
-    sys.setprofile(profile)
+    if opcodes:
+        threading.settrace(trace)
+        sys.settrace(trace)
+    else:
+        threading.setprofile(profile)
+        sys.setprofile(profile)
     sys.argv = ["flupfast"] + args
     runpy.run_module("flupfast", run_name="__main__", alter_sys=True)
 

@@ -183,20 +183,14 @@ class Connection(_connection.FastCGIConnection):
     """A FastCGI connection serving one request at a time, answering FCGI_CANT_MPX_CONN to a
     second (flup's ``fcgi_base.Connection``; the job the modes run per accepted socket)."""
 
-    def __init__(self, sock, addr, server, timeout=None, config=None):
-        super().__init__(sock, addr, server, timeout, config)
-        self.multiplexed = False
-        self.can_park = True
+    multiplexed = False  # whatever the server's config says (FastCGIConnection.__init__)
 
 
 class MultiplexedConnection(_connection.FastCGIConnection):
     """A multiplexed FastCGI connection: each request runs in its own thread (flup's
     ``fcgi_base.MultiplexedConnection``, chosen by ``multiplexed=True``)."""
 
-    def __init__(self, sock, addr, server, timeout=None, config=None):
-        super().__init__(sock, addr, server, timeout, config)
-        self.multiplexed = True
-        self.can_park = False
+    multiplexed = True
 
 
 def decode_pair(s, pos=0):

@@ -238,7 +238,7 @@ class AllowList:
 
     def allows(self, addr):
         """``admits``, logging a refusal (at most once a minute per address)."""
-        if self.admits(addr):
+        if self.addresses is None or self.admits(addr):  # no list: no call (every connection)
             return True
         if self.logger is not None:
             self.log_refusal(addr)

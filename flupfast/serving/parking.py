@@ -76,7 +76,11 @@ class ParkedSet:
 
     def __init__(self, hand_off):
         self._hand_off = hand_off
-        self._cond = threading.Condition()
+        # A plain lock (nothing here takes it twice): enter() and leave() take it directly, C's
+        # context manager instead of Condition's Python __enter__/__exit__ over an RLock.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiter_waits = False  # the waiter is in _cond.wait: leave() must notify it
         self._parked = {}      # fd -> tracked job (tracked.park_token: see _claim)
         self._offered = collections.deque()  # (tracked, token) the waiter saw ready
         self._running = 0      # workers between enter() and leave()
@@ -233,14 +237,16 @@ class ParkedSet:
         return None
 
     def enter(self):
-        with self._cond:
+        with self._lock:
             self._running += 1
 
     def leave(self):
-        with self._cond:
+        with self._lock:
             self._running -= 1
-            if not self._running:
-                self._cond.notify()  # the waiter watches the set itself again
+            # The waiter watches the set itself again; a notify only when it waits for one
+            # (Condition.notify is Python code, and runs after every connection otherwise).
+            if not self._running and self._waiter_waits:
+                self._cond.notify()
 
     # -- the waiter thread --------------------------------------------------------------------
 
@@ -253,7 +259,11 @@ class ParkedSet:
         while True:
             with cond:
                 if self._running and self.open:
-                    cond.wait(check)  # notified when the last worker leaves, or a stop
+                    self._waiter_waits = True
+                    try:
+                        cond.wait(check)  # notified when the last worker leaves, or a stop
+                    finally:
+                        self._waiter_waits = False
                 if not self.open:
                     return
                 running = self._running

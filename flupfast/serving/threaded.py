@@ -41,7 +41,7 @@ class _TrackedJob:
     worker goes on with the next ready parked connection, if any, before it goes back to the
     pool: under load one thread serves request after request with no wake-up in between."""
 
-    __slots__ = ("job", "client", "_active", "_parked", "_pool", "_mode", "registered",
+    __slots__ = ("job", "client", "_active", "_parked", "_pool", "registered",
                  "park_token", "fd")
 
     def __init__(self, job, client, active, mode, parked=None, pool=None):
@@ -52,24 +52,12 @@ class _TrackedJob:
         self._active = active
         self._parked = parked
         self._pool = pool
-        self._mode = mode
         self.registered = False  # in the parked set's epoll (kept there, disarmed, when taken)
         self.park_token = None   # while parked: who takes it (parking.py)
         self.fd = client.fileno() if parked is not None else -1
-        job.on_idle = self.on_idle
-
-    def on_idle(self, job, parkable):
-        """The mode's answer to a job about to wait: END when the mode stops or when a queued
-        connection waits for a thread (never for a new connection, whose first request is on
-        the way); PARK when it can be watched without a thread; else WAIT."""
-        mode = self._mode
-        parked = self._parked
-        if parked is not None and parkable:
-            # A reload keeps the connection for the next run or image (handover.py).
-            return PARK if (parked.open and mode.keep_going) or mode.handing_over else END
-        if not mode.keep_going or (job.served > 0 and mode.pool.idle_count < 0):
-            return END
-        return WAIT
+        # The mode's answer, bound once per mode: a method of this object stored on the job
+        # made a job <-> tracked cycle per connection, freed only by the garbage collector.
+        job.on_idle = mode.idle_answers[parked is not None]
 
     def run(self):
         parked = self._parked
@@ -86,8 +74,9 @@ class _TrackedJob:
                 tracked._run_once(parked)
                 # Connections queued for a thread go first: this one goes back to the pool.
                 # Nothing parked (a connection that closed, keep_conn off): no linger on an
-                # empty set; the thread is free for the next connection at once.
-                tracked = None if pool.has_queued() or not parked.has_parked() \
+                # empty set; the thread is free for the next connection at once (asked
+                # first: on that path the queue's question is not asked at all).
+                tracked = None if not parked.has_parked() or pool.has_queued() \
                     else parked.take_ready()
                 if tracked is not None:
                     self._active.add(tracked)
@@ -158,6 +147,24 @@ class ThreadedMode(AcceptLoop):
         # command line executes) rather than closed; False closes them, as a stop does.
         self.hand_over_idle = True
         self._listen_name = None  # the address of the socket serve() last served
+        # What a job is told when about to wait (its ``on_idle``), without and with the parked
+        # set: bound once here, not per connection (_TrackedJob).
+        self.idle_answers = (self._idle_answer, self._idle_answer_parking)
+
+    def _idle_answer(self, job, parkable):
+        """The answer to a job about to wait: END when the mode stops or when a queued
+        connection waits for a thread (never for a new connection, whose first request is on
+        the way); else WAIT."""
+        if not self.keep_going or (job.served > 0 and self.pool.idle_count < 0):
+            return END
+        return WAIT
+
+    def _idle_answer_parking(self, job, parkable):
+        """The same for a job that may park: PARK when it can be watched without a thread."""
+        if parkable:
+            # A reload keeps the connection for the next run or image (handover.py).
+            return PARK if (self.parked.open and self.keep_going) or self.handing_over else END
+        return self._idle_answer(job, parkable)
 
     @property
     def handing_over(self):

@@ -149,25 +149,40 @@ class ThreadPool:
                         if leader is None:
                             cond.wait()
                             continue
+                        # What runs per connection here is inline (no helper calls): it
+                        # is most of the pool's cost on a new connection per request.
                         on_lead, handle = self._on_lead, self._handle
                         cond.release()
                         try:
                             if on_lead is not None:
                                 on_lead()
-                            accepted = self._lead(leader)
+                            try:
+                                accepted = leader.lead()  # GIL released while it waits
+                            except OSError as exc:
+                                accepted = self._accept_failed(exc)
                         finally:
                             cond.acquire()
                         if accepted is None:
                             continue  # woken: a queued job, a stop, or the leader went
                         self._waiting -= 1
                         waiting = False
-                        self._top_up()
+                        free = self._waiting - len(self._queue)
+                        if free < self.min_spare:
+                            self._top_up()
+                            free = self._waiting - len(self._queue)
                         # Nobody left to accept: the mode's loop takes the connections (and
                         # queues or refuses them) until a worker leads again.
-                        exhausted = self._waiting - len(self._queue) <= 0
+                        exhausted = free <= 0
+                        client, addr = accepted
                         cond.release()
+                        # Served with the ``handle`` it led for, even when the pool was
+                        # detached or stopped meanwhile: the web server sent a request on it
+                        # (closing it would answer with a reset, a 502 behind nginx), and a
+                        # stop lets running jobs end.
                         try:
-                            self._serve(handle, accepted, exhausted)
+                            handle(client, addr, exhausted)
+                        except Exception:
+                            logger.exception("unhandled exception serving %r", addr)
                         finally:
                             cond.acquire()
                         break
@@ -194,26 +209,12 @@ class ThreadPool:
                 self._threads.discard(threading.current_thread())
 
     @staticmethod
-    def _lead(leader):
-        """Wait on ``leader`` (GIL released); (client, addr), or None when woken or failed."""
-        try:
-            return leader.lead()
-        except OSError as exc:
-            # EMFILE and the like: the connection stays queued; back off, as the accept loop.
-            logger.error("accept() failed: %s; pausing %.1f s", exc, ACCEPT_BACKOFF)
-            time.sleep(ACCEPT_BACKOFF)
-            return None
-
-    @staticmethod
-    def _serve(handle, accepted, exhausted):
-        """Serve what this worker accepted with the ``handle`` it led for, even when the pool
-        was detached or stopped meanwhile: the web server sent a request on it (closing it
-        would answer with a reset, a 502 behind nginx), and a stop lets running jobs end."""
-        client, addr = accepted
-        try:
-            handle(client, addr, exhausted)
-        except Exception:
-            logger.exception("unhandled exception serving %r", addr)
+    def _accept_failed(exc):
+        """EMFILE and the like while leading: the connection stays queued; back off, as the
+        accept loop does. None: nothing accepted."""
+        logger.error("accept() failed: %s; pausing %.1f s", exc, ACCEPT_BACKOFF)
+        time.sleep(ACCEPT_BACKOFF)
+        return None
 
     @staticmethod
     def _run_job(job):
