@@ -155,9 +155,13 @@ def test_help_is_plain_text():
 @pytest.mark.parametrize('protocol', ['fcgi', 'scgi', 'uwsgi', 'ajp'])
 def test_serving_is_logged_after_the_socket_listens(server_factory, protocol, tmp_path):
     path = str(tmp_path / 'app.sock')
-    server = server_factory(['--protocol', protocol, '--bind', 'unix:' + path], path)
+    server = server_factory(['--protocol', protocol, '--bind', 'unix:' + path], path,
+                            log_path=str(tmp_path / 'log'))
     if protocol == 'fcgi':
         assert roundtrip(path, '/').status == 200
+    # The line follows listen(): a client may connect (and the test stop it) before it is out.
+    wait_until(lambda: ' serving ' in server.log(), 10, what=lambda: 'the serving line in\n'
+               + server.log())
     log = server.stop()
     serving = [line for line in log.splitlines() if ' serving ' in line]
     assert len(serving) == 1, log
