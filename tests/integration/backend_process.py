@@ -1,11 +1,13 @@
 """Servers under test as subprocesses: a free port, waiting until they listen, and stopping
 them by PID (SIGTERM, SIGKILL after a bound), with their stderr for assertions."""
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -19,6 +21,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # binds) would then collide with "Address already in use".
 _given_ports = set()
 _random = random.SystemRandom()  # not the seeded ``random``: parallel runs must not agree
+# Test runs side by side on one machine (CI's repeat-under-load, several checkouts) claim each
+# port they hand out with a lock on that byte of one shared file: held until the process ends
+# (the kernel drops a dead process's record locks), so no other run hands it out meanwhile.
+_CLAIMS_PATH = os.path.join(tempfile.gettempdir(), 'flupfast-test-ports.lock')
+_claims = []  # the open claims file, once opened
+
+
+def _claim(port):
+    """Whether this process now holds ``port`` against other test processes."""
+    if not _claims:
+        fd = os.open(_CLAIMS_PATH, os.O_RDWR | os.O_CREAT, 0o666)
+        _claims.append(fd)
+    try:
+        fcntl.lockf(_claims[0], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+        return True
+    except OSError:
+        return False
 
 
 def _ephemeral_low():
@@ -31,10 +50,10 @@ def _ephemeral_low():
 
 
 def free_port(host='127.0.0.1'):
-    """A TCP port free on ``host`` now and not handed out before by this process. Picked below
-    the kernel's ephemeral range: a port in it can be taken, between our check and the
-    server's bind, as the source port of any process's outgoing connection (a front's to its
-    backend, a client's), which a loaded machine running suites side by side did."""
+    """A TCP port free on ``host`` now, not handed out before by this process nor held by
+    another test process. Picked below the kernel's ephemeral range: a port in it can be
+    taken, between our check and the server's bind, as the source port of any process's
+    outgoing connection (a front's to its backend, a client's)."""
     low = _ephemeral_low()
     family = socket.AF_INET6 if ':' in host else socket.AF_INET
     for _ in range(500):
@@ -44,7 +63,7 @@ def free_port(host='127.0.0.1'):
             with socket.socket(family, socket.SOCK_STREAM) as sock:
                 sock.bind((host, 0))
                 port = sock.getsockname()[1]
-        if port in _given_ports:
+        if port in _given_ports or not _claim(port):
             continue
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             # As the servers bind (all set SO_REUSEADDR): a TIME_WAIT left on it is no obstacle.
