@@ -73,14 +73,13 @@ class Interruption:
 
     def fire(self, exc_class):
         """In the watchdog's thread: raise ``exc_class`` in the request's thread unless the
-        request ended first. Returns whether it was sent."""
+        request ended first."""
         try:
             self._claim.pop()
         except IndexError:
-            return False
+            return
         interrupt_thread(self.thread_id, exc_class)
         self._sent = True
-        return True
 
     def end(self):
         """In the request's thread, once it is over: no interrupt lands after this returns.

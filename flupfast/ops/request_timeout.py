@@ -37,7 +37,7 @@ class RequestTimeout(RequestWatch):
         return token
 
     def end(self, token, response, failed):
-        self._in_flight.pop(token, None)
+        super().end(token, response, failed)
         interruption = self._interruptions.pop(token, None)
         if interruption is not None:
             # It may have overrun as it ended: nothing may raise in the thread's next request.
