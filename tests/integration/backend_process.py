@@ -25,16 +25,16 @@ _random = random.SystemRandom()  # not the seeded ``random``: parallel runs must
 # port they hand out with a lock on that byte of one shared file: held until the process ends
 # (the kernel drops a dead process's record locks), so no other run hands it out meanwhile.
 _CLAIMS_PATH = os.path.join(tempfile.gettempdir(), 'flupfast-test-ports.lock')
-_claims = []  # the open claims file, once opened
+_claims_fd = None  # the claims file, opened at the first claim and kept open (it holds them)
 
 
 def _claim(port):
     """Whether this process now holds ``port`` against other test processes."""
-    if not _claims:
-        fd = os.open(_CLAIMS_PATH, os.O_RDWR | os.O_CREAT, 0o666)
-        _claims.append(fd)
+    global _claims_fd
+    if _claims_fd is None:
+        _claims_fd = os.open(_CLAIMS_PATH, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.lockf(_claims[0], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+        fcntl.lockf(_claims_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
         return True
     except OSError:
         return False
