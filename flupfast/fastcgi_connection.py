@@ -146,6 +146,9 @@ class FastCGIConnection(Connection):
         self._parser = _impl.FastCGIParser()
         self._events = collections.deque()
         self._requests = {}
+        # A multiplexed request leaves _requests before its END_REQUEST is sent (the id is
+        # free again at once): the connection's end waits for its threads, not its entries.
+        self._request_threads = []
         self._eof = False
         self.max_requests = None  # set by a prefork child: retire after this many
         self.served = 0
@@ -279,10 +282,9 @@ class FastCGIConnection(Connection):
                 for spool in req._io.pending.values():
                     spool.abort()
         if self.multiplexed:
+            for thread in self._request_threads:
+                thread.join()
             for req in list(self._requests.values()):
-                thread = getattr(req, '_thread', None)
-                if thread is not None:
-                    thread.join()
                 self._release_spools(req)  # also when the request's thread died unended
         if not self.closed:  # usually closed already, by the last request's end
             self.close()
@@ -375,15 +377,17 @@ class FastCGIConnection(Connection):
             return
         thread = threading.Thread(target=req.run, name='flupfast-fcgi-%d' % request_id,
                                   daemon=True)
-        req._thread = thread
         try:
             thread.start()
         except RuntimeError:
             # flup means to answer OVERLOADED here but raises NameError (fcgi_base.py:894).
             logger.error('FastCGI: cannot start a thread for request %d; answering OVERLOADED',
                          request_id)
-            req._thread = None
             self.end_request(req, 0, fcgi.FCGI_OVERLOADED)
+            return
+        threads = self._request_threads
+        threads[:] = [t for t in threads if t.is_alive()]  # bounded by the open-request cap
+        threads.append(thread)
 
     def _on_get_values(self, names):
         capability = self._config.capability

@@ -40,6 +40,36 @@ def test_a_multiplexed_request_runs_in_its_own_named_daemon_thread(use_backend):
     assert seen == [('flupfast-fcgi-7', True)]
 
 
+def test_the_end_of_a_multiplexed_connection_waits_for_a_request_still_sending(use_backend):
+    """A multiplexed request leaves the open requests before its END_REQUEST is sent (the id
+    is free again at once); the web server's EOF arriving in that gap must not close the
+    socket under the send. The request's last send (after it left ``_requests``) here waits
+    until the connection would close (at most 2 s): before the fix the close came first and
+    the response was lost."""
+    h = Harness(hello, multiplexed=True)
+    ours, theirs = socket.socketpair()
+    ours.settimeout(SOCKET_TIMEOUT)
+    conn = h.connection_class(theirs, None, h.server, None)
+    closing = threading.Event()
+    real_send, real_close = conn.send, conn.close
+
+    def send(buffers, *args, **kwargs):
+        if threading.current_thread().name.startswith('flupfast-fcgi-') and not conn._requests:
+            closing.wait(2)
+        return real_send(buffers, *args, **kwargs)
+
+    def close():
+        closing.set()
+        real_close()
+    conn.send, conn.close = send, close
+    with ours:
+        ours.sendall(request_bytes('/', request_id=5))
+        ours.shutdown(socket.SHUT_WR)
+        assert conn.run() == 1
+        resp = read_response(ours, request_id=5)
+    assert (resp.status, resp.end) == (200, (0, f.FCGI_REQUEST_COMPLETE))
+
+
 def test_the_handler_sees_flups_request_attributes(use_backend):
     seen = []
 
