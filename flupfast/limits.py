@@ -132,6 +132,14 @@ THREAD_JOB_GRACE = 5.0
 # finish, short enough that a kept-alive connection cannot hold the process forever.
 THREAD_POOL_SHUTDOWN_GRACE = 5.0
 
+# Thread mode, leader/follower: idle workers waiting on the listening socket at once; the others
+# wait on the pool's condition until a worker coming back from a request frees a place. Two:
+# one takes the next connection while another's request runs. More only wake cold threads per
+# connection that then queue for the GIL: behind nginx, a new connection per request, 16
+# clients, 2 cores, 8 waiting made 2.0-3.0 context switches per request and 3,900-6,200 req/s,
+# 2 made 0.4-0.5 and 7,400-9,500 (bench/profile-new-connection.md section 7).
+MAX_WAITING_LEADERS = 2
+
 # Fork mode shutdown (INT, TERM, HUP), in stages: busy children first get FORK_DRAIN_GRACE to
 # finish their request in peace (they exit when it ends, finding the parent gone; flup sends
 # SIGINT at once, failing every request in flight; a child holding a persistent connection

@@ -10,12 +10,11 @@ import sys
 import threading
 import time
 
-from flupfast.limits import ACCEPT_BACKOFF, THREAD_POOL_SHUTDOWN_GRACE
+from flupfast.limits import ACCEPT_BACKOFF, MAX_WAITING_LEADERS, THREAD_POOL_SHUTDOWN_GRACE
 
 __all__ = ["ThreadPool"]
 
 logger = logging.getLogger("flupfast")
-
 
 
 class ThreadPool:
@@ -32,6 +31,10 @@ class ThreadPool:
     of growing the pool, and with kept-alive connections those could wait forever.
     """
 
+    # Free workers that wait on the attached leader at once (limits.py); the other free ones
+    # wait on the condition.
+    max_leaders = MAX_WAITING_LEADERS
+
     def __init__(self, min_spare=1, max_spare=5, max_threads=sys.maxsize):
         self.min_spare = min_spare
         self.max_spare = max_spare
@@ -42,6 +45,7 @@ class ThreadPool:
         self._handle = None      # ... and what serves a connection one of them accepted
         self._on_lead = None     # ... and what a worker calls before it waits on the leader
         self._waiting = 0        # workers blocked in wait() (not running a job)
+        self._leaders_waiting = 0  # ... of which waiting on the leader
         self._workers = 0
         self._threads = set()
         self._stopping = False
@@ -59,6 +63,11 @@ class ThreadPool:
     def worker_count(self):
         with self._cond:
             return self._workers
+
+    @property
+    def leaders_waiting(self):
+        """Free workers waiting on the leader now (read without the lock: a hint)."""
+        return self._leaders_waiting
 
     def has_queued(self):
         """Jobs wait in the queue with no thread free for them. Read without the lock: a hint
@@ -117,11 +126,14 @@ class ThreadPool:
 
     def attach(self, leader, handle, on_lead=None):
         """From now on idle workers take turns accepting on ``leader`` (a Leader) and serve
-        what they accept themselves with ``handle(client, addr)``, instead of waiting for
-        jobs; queued jobs still go first. The pool's rules are kept: a worker that accepted
-        counts busy, ``min_spare`` free ones are topped up then, ``max_spare`` bounds the free
-        ones after a job; ``on_lead()`` is called by a free worker before it waits on the
-        leader. False (nothing attached) when the pool is stopped."""
+        what they accept themselves with ``handle(client, addr, exhausted)``, instead of
+        waiting for jobs; queued jobs still go first. At most ``max_leaders`` wait on it at
+        once; a place freed by a worker that accepted goes to the next worker back from a
+        request, not to one woken for it, unless none waits on it any more (``exhausted``:
+        no worker is free at all; the caller's loop accepts meanwhile). The pool's rules are
+        kept: a worker that accepted counts busy, ``min_spare`` free ones are topped up then,
+        ``max_spare`` bounds the free ones after a job; ``on_lead()`` is called by a free
+        worker before it waits on the leader. False (nothing attached) when the pool is stopped."""
         with self._cond:
             if self._stopping:
                 return False
@@ -146,12 +158,13 @@ class ThreadPool:
                 while True:
                     while not self._queue and not self._stopping:
                         leader = self._leader
-                        if leader is None:
+                        if leader is None or self._leaders_waiting >= self.max_leaders:
                             cond.wait()
                             continue
                         # What runs per connection here is inline (no helper calls): it
                         # is most of the pool's cost on a new connection per request.
                         on_lead, handle = self._on_lead, self._handle
+                        self._leaders_waiting += 1
                         cond.release()
                         try:
                             if on_lead is not None:
@@ -162,6 +175,7 @@ class ThreadPool:
                                 accepted = self._accept_failed(exc)
                         finally:
                             cond.acquire()
+                            self._leaders_waiting -= 1
                         if accepted is None:
                             continue  # woken: a queued job, a stop, or the leader went
                         self._waiting -= 1
@@ -173,6 +187,8 @@ class ThreadPool:
                         # Nobody left to accept: the mode's loop takes the connections (and
                         # queues or refuses them) until a worker leads again.
                         exhausted = free <= 0
+                        if not exhausted and not self._leaders_waiting:
+                            cond.notify()  # the last waiting leader: a free worker leads
                         client, addr = accepted
                         cond.release()
                         # Served with the ``handle`` it led for, even when the pool was

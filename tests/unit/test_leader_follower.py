@@ -351,6 +351,80 @@ def test_a_new_leader_takes_over_once_a_worker_is_free_again(serve_mode):
         sock.close()
 
 
+class CountingLeader:
+    """A Leader that records how many threads wait in ``lead()`` at once."""
+
+    def __init__(self, leader_class, listener):
+        self._leader = leader_class(listener)
+        self._lock = threading.Lock()
+        self.inside = 0
+        self.most = 0
+
+    def lead(self):
+        with self._lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            return self._leader.lead()
+        finally:
+            with self._lock:
+                self.inside -= 1
+
+    def __getattr__(self, name):
+        return getattr(self._leader, name)
+
+
+@pytest.fixture
+def counting_leader(backend, monkeypatch):
+    made = []
+
+    def make(listener):
+        made.append(CountingLeader(backend.Leader, listener))
+        return made[-1]
+    monkeypatch.setattr(threaded._impl, "Leader", make)
+    return made
+
+
+def test_at_most_max_leaders_free_workers_wait_on_the_leader(serve_mode, counting_leader):
+    """Six free workers: two wait on the listening socket, the other four on the pool's
+    condition (a connection wakes one thread, not one of six that then queue for the GIL)."""
+    mode, state, address = serve_mode(min_spare=1, max_spare=6, max_threads=6)
+    leader, = counting_leader
+    wait_until(lambda: leader.inside == 2, WAIT)  # the pool's max_leaders (limits.py)
+    wait_until(lambda: mode.pool.idle_count == 6, WAIT)
+    state["gate"].set()
+    for _ in range(10):
+        sock = _connect(address)
+        assert _ask(sock) == b"ok\n"
+        sock.close()
+    assert leader.most == 2 and mode.pool.leaders_waiting <= 2
+    assert mode.loop_accepts == []
+
+
+def test_a_free_worker_is_woken_to_lead_only_when_no_leader_waits(serve_mode, counting_leader):
+    """The first leader to take a connection is not replaced (the other still waits: the
+    per-connection wake-up the bound saves); the second is, by one free worker, so the loop
+    never has to accept. Workers back from their jobs fill the places again."""
+    mode, state, address = serve_mode(min_spare=1, max_spare=6, max_threads=6)
+    leader, = counting_leader
+    wait_until(lambda: leader.inside == 2 and mode.pool.idle_count == 6, WAIT)
+    busy = [_connect(address)]
+    assert state["started"].acquire(timeout=WAIT)
+    wait_until(lambda: leader.inside == 1, WAIT)
+    busy.append(_connect(address))
+    assert state["started"].acquire(timeout=WAIT)
+    wait_until(lambda: leader.inside == 1 and mode.pool.idle_count == 4, WAIT)
+    busy.append(_connect(address))  # taken by the worker woken to lead, not by the loop
+    assert state["started"].acquire(timeout=WAIT)
+    wait_until(lambda: leader.inside == 1 and mode.pool.idle_count == 3, WAIT)
+    assert leader.most == 2 and mode.loop_accepts == [] and not mode.listener_watched
+    state["gate"].set()
+    assert [_ask(sock) for sock in busy] == [b"ok\n"] * 3
+    wait_until(lambda: leader.inside == 2 and mode.pool.idle_count == 6, WAIT)
+    for sock in busy:
+        sock.close()
+
+
 def test_facade_keeps_the_classic_loop_for_an_overridden_mainloop_periodic():
     class Periodic(ThreadedServer):
         def _mainloopPeriodic(self):

@@ -19,11 +19,13 @@ DOC = os.path.join(ROOT, 'docs', 'security.md')
 # them in one sentence instead of the table.
 NOT_CAPS = {'DEFAULT_MAXWRITE', 'RECV_BUFFER_SIZE', 'COALESCE_LIMIT', 'MAX_IOVECS',
             'AJP_DEFAULT_PACKET', 'AJP_DEFAULT_MAX_DATA', 'RELOAD_CHECK_TIMEOUT'}
-# The modes' own time bounds (shutdown, pool upkeep, accept back-off) bound no peer: they are
-# documented in limits.py and docs/reliability.md, not in the caps table.
+# The modes' own time bounds (shutdown, pool upkeep, accept back-off) and the pool's shape
+# bound no peer: they are documented in limits.py and docs/reliability.md, not in the caps
+# table.
 MODE_TIMES = {'ACCEPT_BACKOFF', 'THREAD_JOB_GRACE', 'THREAD_POOL_SHUTDOWN_GRACE',
               'FORK_DRAIN_GRACE', 'FORK_INTERRUPT_GRACE', 'FORK_TERM_GRACE', 'FORK_KILL_WAIT',
-              'FORK_RETIRE_DELAY', 'FORK_SPAWN_BACKOFF', 'REQUEST_WATCH_INTERVAL'}
+              'FORK_RETIRE_DELAY', 'FORK_SPAWN_BACKOFF', 'REQUEST_WATCH_INTERVAL',
+              'MAX_WAITING_LEADERS'}
 
 
 def doc():
