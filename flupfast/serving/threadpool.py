@@ -103,9 +103,13 @@ class ThreadPool:
             free = self._waiting - len(self._queue)
             if free > 0 or (allow_queuing and (queue_limit is None or -free < queue_limit)):
                 self._queue.append(job)
-                self._cond.notify()
-                if self._leader is not None:
-                    self._leader.wake()  # idle workers wait on the leader, not the condition
+                # One wake-up: a free worker waiting on the leader if there is one (it is
+                # counted until it has taken the lock back, so the wake reaches a leader),
+                # else one waiting on the condition.
+                if self._leader is not None and self._leaders_waiting:
+                    self._leader.wake()
+                else:
+                    self._cond.notify()
                 return True
             return False
 
