@@ -180,6 +180,12 @@ class ThreadPool:
                         finally:
                             cond.acquire()
                             self._leaders_waiting -= 1
+                            if not self._leaders_waiting and self._waiting > 1:
+                                # The last leader leaves (with a connection, or for a
+                                # queued job or a stop): another free worker leads, or a new
+                                # connection waits until a job ends (the mode's loop accepts
+                                # only while no worker is free).
+                                cond.notify()
                         if accepted is None:
                             continue  # woken: a queued job, a stop, or the leader went
                         self._waiting -= 1
@@ -191,8 +197,6 @@ class ThreadPool:
                         # Nobody left to accept: the mode's loop takes the connections (and
                         # queues or refuses them) until a worker leads again.
                         exhausted = free <= 0
-                        if not exhausted and not self._leaders_waiting:
-                            cond.notify()  # the last waiting leader: a free worker leads
                         client, addr = accepted
                         cond.release()
                         # Served with the ``handle`` it led for, even when the pool was

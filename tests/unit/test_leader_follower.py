@@ -425,6 +425,35 @@ def test_a_free_worker_is_woken_to_lead_only_when_no_leader_waits(serve_mode, co
         sock.close()
 
 
+def test_leaders_woken_for_queued_jobs_leave_a_free_worker_leading(serve_mode, counting_leader):
+    """Both waiting leaders are woken to run queued jobs that take long: a free worker on the
+    condition leads in their place, or a new connection would wait in the backlog until a job
+    ended (the loop does not accept while workers are free)."""
+    mode, state, address = serve_mode(min_spare=1, max_spare=6, max_threads=6)
+    leader, = counting_leader
+    wait_until(lambda: leader.inside == 2 and mode.pool.idle_count == 6, WAIT)
+    release, running = threading.Event(), threading.Semaphore(0)
+
+    class Blocking:
+        def run(self):
+            running.release()
+            release.wait(WAIT)  # set at the end of the test (they block 3x longer than its waits)
+    try:
+        for _ in range(2):
+            assert mode.pool.add_job(Blocking())
+        for _ in range(2):
+            assert running.acquire(timeout=WAIT)
+        wait_until(lambda: leader.inside >= 1, WAIT / 3)
+        state["gate"].set()
+        sock = _connect(address)
+        sock.settimeout(WAIT / 3)
+        assert _ask(sock) == b"ok\n"
+        sock.close()
+        assert mode.loop_accepts == []
+    finally:
+        release.set()
+
+
 def test_facade_keeps_the_classic_loop_for_an_overridden_mainloop_periodic():
     class Periodic(ThreadedServer):
         def _mainloopPeriodic(self):
