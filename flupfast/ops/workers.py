@@ -56,9 +56,16 @@ _SLOW = struct.Struct('=Q')
 SLOT_SIZE = (_SLOW_AT + _SLOW.size + 63) & ~63
 # The pool's counters ahead of the slots, written by the fork parent only: requests and slow
 # requests of children already reaped, max active processes, max children reached, max
-# listen queue.
-_HEADER = struct.Struct('=QQQQQ')
+# listen queue; then a generation, odd while a reaped child's counts move from its slot to the
+# header (a reader in a child that saw the header before the move and the slot after it would
+# miss them: it reads again).
+_HEADER = struct.Struct('=QQQQQQ')
+_GENERATION_AT = 40
+_GENERATION = struct.Struct('=Q')
 HEADER_SIZE = 64
+# A snapshot reads the board again at most this often while a fold goes on under it (the
+# parent's fold is a few microseconds; a reader never waits for a parent that died mid-fold).
+_SNAPSHOT_TRIES = 1000
 
 _TCP_INFO = getattr(socket, 'TCP_INFO', None)
 # struct tcp_info (linux/tcp.h): eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss,
@@ -196,15 +203,21 @@ class PreforkWorkers(_Board):
         self.memory[offset + _STATE_AT] = _IDLE
 
     def reaped(self, slot):
-        """Fold a gone child's counts into the pool's and free its slot."""
+        """Fold a gone child's counts into the pool's and free its slot (the generation odd
+        meanwhile: see ``snapshot``)."""
+        memory = self.memory
         offset = HEADER_SIZE + SLOT_SIZE * slot
-        requests = _END.unpack_from(self.memory, offset + _END_AT)[0]
-        slow = _SLOW.unpack_from(self.memory, offset + _SLOW_AT)[0]
-        header = list(_HEADER.unpack_from(self.memory, 0))
+        requests = _END.unpack_from(memory, offset + _END_AT)[0]
+        slow = _SLOW.unpack_from(memory, offset + _SLOW_AT)[0]
+        header = list(_HEADER.unpack_from(memory, 0))
+        generation = header[5]
+        _GENERATION.pack_into(memory, _GENERATION_AT, generation + 1)  # odd: folding
         header[0] += requests
         header[1] += slow
-        _HEADER.pack_into(self.memory, 0, *header)
-        self.memory[offset:offset + SLOT_SIZE] = bytes(SLOT_SIZE)
+        header[5] = generation + 1
+        _HEADER.pack_into(memory, 0, *header)
+        memory[offset:offset + SLOT_SIZE] = bytes(SLOT_SIZE)
+        _GENERATION.pack_into(memory, _GENERATION_AT, generation + 2)
 
     def sample(self):
         """The parent's periodic look: raise the maxima, count a new "max children reached"
@@ -276,11 +289,23 @@ class PreforkWorkers(_Board):
     # -- readers -------------------------------------------------------------------------
 
     def snapshot(self):
-        """Copy the board: pool counters and one entry per child."""
+        """Copy the board: pool counters and one entry per child. Read again when the parent
+        folded a reaped child's counts meanwhile (the generation moved or is odd)."""
+        for _ in range(_SNAPSHOT_TRIES):
+            generation = _GENERATION.unpack_from(self.memory, _GENERATION_AT)[0]
+            if generation % 2:
+                time.sleep(0)
+                continue
+            counters = self._read()
+            if _GENERATION.unpack_from(self.memory, _GENERATION_AT)[0] == generation:
+                return counters
+        return self._read()
+
+    def _read(self):
         memory = self.memory
         counters = _Counters()
         now, mono = time.time(), time.monotonic()
-        retired, retired_slow, max_active, reached, max_lq = _HEADER.unpack_from(memory, 0)
+        retired, retired_slow, max_active, reached, max_lq, _ = _HEADER.unpack_from(memory, 0)
         counters.accepted, counters.slow = retired, retired_slow
         for slot in range(self.max_children):
             offset = HEADER_SIZE + SLOT_SIZE * slot

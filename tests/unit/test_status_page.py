@@ -160,6 +160,40 @@ def test_prefork_slots_count_requests_across_children_and_reaping():
     assert snap.accepted == 5 and len(snap.processes) == 2 and snap.max_active == 1
 
 
+def test_a_child_reaped_while_the_page_is_read_is_counted_once(monkeypatch):
+    """The parent folds a reaped child's counts into the header while a child reads the board
+    for the page: a reader that saw the header before the fold and the slot after it (zeroed)
+    lost that child's requests (the integration test's 9 of 11 under load). The reader sees
+    the generation move and reads again."""
+    from flupfast.ops import workers
+    board = PreforkWorkers(max_children=2, min_spare=1)
+    board.prepare(0)
+    board.prepare(1)
+    board.attach(0)
+    for _ in range(2):
+        board.end(board.begin(ENVIRON), None, False)
+    board.attach(1)
+    board.end(board.begin(ENVIRON), None, False)
+    real = workers._HEADER
+    folds = []
+
+    class FoldAfterTheHeaderIsRead:
+        size = real.size
+
+        def unpack_from(self, buffer, offset=0):
+            value = real.unpack_from(buffer, offset)
+            if not folds:  # the first read is the page's: the parent reaps slot 0 right after
+                folds.append(True)
+                board.reaped(0)
+            return value
+
+        def pack_into(self, *args):
+            return real.pack_into(*args)
+    monkeypatch.setattr(workers, '_HEADER', FoldAfterTheHeaderIsRead())
+    snap = board.snapshot()
+    assert folds and snap.accepted == 3 and len(snap.processes) == 1
+
+
 def test_a_child_not_started_yet_is_not_listed():
     """Between the fork and the child writing its pid, the slot is the parent's alone: the
     page lists no process with pid 0."""
