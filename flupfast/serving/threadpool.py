@@ -132,12 +132,12 @@ class ThreadPool:
         """From now on idle workers take turns accepting on ``leader`` (a Leader) and serve
         what they accept themselves with ``handle(client, addr, exhausted)``, instead of
         waiting for jobs; queued jobs still go first. At most ``max_leaders`` wait on it at
-        once; a place freed by a worker that accepted goes to the next worker back from a
-        request, not to one woken for it, unless none waits on it any more (``exhausted``:
-        no worker is free at all; the caller's loop accepts meanwhile). The pool's rules are
-        kept: a worker that accepted counts busy, ``min_spare`` free ones are topped up then,
-        ``max_spare`` bounds the free ones after a job; ``on_lead()`` is called by a free
-        worker before it waits on the leader. False (nothing attached) when the pool is stopped."""
+        once; a place a leader leaves goes to the next worker back from a request, and a free
+        worker is woken for it only when the last leader leaves. ``exhausted``: no worker is
+        free at all; the caller's loop accepts meanwhile. The pool's rules are kept: a worker
+        that accepted counts busy, ``min_spare`` free ones are topped up then, ``max_spare``
+        bounds the free ones after a job; ``on_lead()`` is called by a free worker before it
+        waits on the leader. False (nothing attached) when the pool is stopped."""
         with self._cond:
             if self._stopping:
                 return False
