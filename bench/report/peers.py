@@ -180,6 +180,9 @@ def _seed_001(s):
         lines.append("| %s | %s | %s | %s |" % (
             g["protocol"], cell(a, "echo71k") if a else "not selected",
             cell(b, "echo71k") if b else "not selected", _ratio(x, y)))
+    if s.get("interleaved"):
+        lines += ["", "Each protocol's two servers up at once, %d rounds alternating between "
+                  "them (medians)." % s["interleaved"]]
     if "scgi" in rates and "uwsgi" in rates:
         (fs, us), (fu, uu) = rates["scgi"], rates["uwsgi"]
         lines += ["", "SCGI/uwsgi (SCGI's req/s over uwsgi's): flupfast %s, uWSGI %s" % (

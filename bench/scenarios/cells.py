@@ -4,6 +4,7 @@ its best. Fronts: ``nginx`` (no upstream pool: fastcgi_keep_conn off, HTTP/1.0 p
 ``nginx-keepalive`` (an upstream keepalive pool: fastcgi_keep_conn on, HTTP/1.1), ``apache``
 (mod_proxy_fcgi/scgi/ajp/http to TCP loopback, or mod_wsgi daemon mode; threads for the client
 count). Every wait is bounded by the servers' and fronts' own start and stop."""
+import contextlib
 import os
 
 from bench.base import log
@@ -145,12 +146,8 @@ def sweep(front, peer, app, workdir, client, loads, candidates, rounds, key="rps
             for name, fn in loads.items():
                 runs = []
                 for _ in range(rounds):
-                    res = fn(cell.port)
-                    gone = cell.died()
-                    if gone:
-                        res = dict(res, error=gone)
-                    runs.append(res)
-                    if gone:
+                    runs.append(run_load(fn, cell))
+                    if cell.died():
                         break
                 out[name] = median_run(runs, key)
             first = out[next(iter(loads))]
@@ -161,3 +158,37 @@ def sweep(front, peer, app, workdir, client, loads, candidates, rounds, key="rps
         return {"error": errors[0] if errors else "no figure", "tried": tried}
     return {"best": best["settings"], "settings_text": settings_text(best["settings"]),
             "loads": best["loads"], "tried": tried if len(tried) > 1 else []}
+
+
+def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=None, key="rps"):
+    """Each (front, peer) of ``rows`` at its first setting, all cells up at once, ``load``
+    (fn(port) -> dict) run on each in turn ``rounds`` times: rounds alternate between the
+    servers, so a machine that slows for a while slows them alike (this machine's runs move
+    20% between minutes). -> one dict per row as ``sweep`` returns (the median by ``key``
+    under the load's ``name``)."""
+    out = [{"best": peer.candidates[0], "settings_text": settings_text(peer.candidates[0]),
+            "loads": {}, "tried": [], "interleaved": rounds} for _, peer in rows]
+    runs = [[] for _ in rows]
+    with contextlib.ExitStack() as stack:
+        cells = []
+        for i, (front, peer) in enumerate(rows):
+            own = os.path.join(workdir, "cell%d" % i)   # each its own front's config and socket
+            os.makedirs(own, exist_ok=True)
+            cells.append(stack.enter_context(Cell(front, peer, peer.candidates[0], app, own,
+                                                  client, uwsgi_binary)))
+        for _ in range(rounds):
+            for i, cell in enumerate(cells):
+                if cell.error:
+                    runs[i] = [{"error": cell.error}]
+                    continue
+                runs[i].append(run_load(load, cell))
+    for row, got in zip(out, runs):
+        row["loads"][name] = median_run(got, key)
+    return out
+
+
+def run_load(load, cell):
+    """``load`` on a cell, with the server's or front's death as the result's error."""
+    res = load(cell.port)
+    gone = cell.died()
+    return dict(res, error=gone) if gone else res

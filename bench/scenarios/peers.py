@@ -14,7 +14,7 @@ from bench.base import log
 from bench.drivers.ab import run_ab_requests
 from bench.drivers.http import http_request
 from bench.drivers.wrk import post_script, run_wrk
-from bench.scenarios.cells import FRONT_LABEL, sweep
+from bench.scenarios.cells import FRONT_LABEL, interleaved, sweep
 from bench.servers.peers import PEERS
 
 ECHO_SIZE = 71453   # seed 001's POST body
@@ -83,22 +83,42 @@ def missing(peer, info):
     return None
 
 
+def _row(front, peer_key, info):
+    """A row's head, with ``not_run`` when its server or front is missing here."""
+    peer = PEERS[peer_key]
+    row = {"front": front, "front_label": FRONT_LABEL[front], "peer": peer_key,
+           "label": peer.label}
+    why = missing(peer, info) or (None if front != "apache" or info.get("apache2")
+                                  else "apache2 is not installed")
+    if front.startswith("nginx") and not info.get("nginx"):
+        why = "nginx is not installed"
+    if why:
+        row["not_run"] = why
+    return row
+
+
+def run_interleaved(rows, app, load, name, info, workdir, client, cfg):
+    """The (front, peer) rows at their first settings, rounds alternating between them
+    (cells.interleaved); the result under the load's ``name`` -> list of row dicts."""
+    heads = [_row(front, key, info) for front, key in rows
+             if not cfg.peer_filter or key in cfg.peer_filter]
+    runnable = [h for h in heads if "not_run" not in h]
+    results = interleaved([(h["front"], PEERS[h["peer"]]) for h in runnable], app, workdir,
+                          client, load, name, cfg.peer_rounds, info.get("uwsgi_path"))
+    for head, res in zip(runnable, results):
+        head.update(res)
+    return heads
+
+
 def run_rows(rows, app, loads, info, workdir, client, cfg, key="rps", lower=False):
     """Each (front, peer) row swept (or at its first setting) -> list of row dicts."""
     out = []
     for front, peer_key in rows:
         if cfg.peer_filter and peer_key not in cfg.peer_filter:
             continue
+        row = _row(front, peer_key, info)
         peer = PEERS[peer_key]
-        row = {"front": front, "front_label": FRONT_LABEL[front], "peer": peer_key,
-               "label": peer.label}
-        why = missing(peer, info) or (None if front != "apache" or info.get("apache2")
-                                      else "apache2 is not installed")
-        if front.startswith("nginx") and not info.get("nginx"):
-            why = "nginx is not installed"
-        if why:
-            row["not_run"] = why
-        else:
+        if "not_run" not in row:
             cands = peer.candidates if cfg.sweep else peer.candidates[:1]
             row.update(sweep(front, peer, app, workdir, client, loads, cands, cfg.peer_rounds,
                              key, info.get("uwsgi_path"), lower))

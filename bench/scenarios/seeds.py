@@ -24,7 +24,7 @@ from bench.drivers.http import http_request
 from bench.drivers.wrk import run_wrk
 from bench.fronts.apache import Apache, apache_root
 from bench.scenarios.cells import TIMEOUT, www_dir
-from bench.scenarios.peers import ECHO_SIZE, check_echo, run_rows
+from bench.scenarios.peers import ECHO_SIZE, check_echo, run_interleaved, run_rows
 from bench.servers.apache_hosted import cgi_script, cgi_vhost
 from bench.servers.wwwdata import www_tree
 
@@ -55,10 +55,13 @@ def seed_001(info, workdir, client, cfg):
             "http://127.0.0.1:%d/echo" % port, max(100, cfg.seed_requests_c100), 100,
             body_file=body)
 
-    out = {"groups": []}
+    out = {"groups": [], "interleaved": 0 if cfg.sweep else cfg.peer_rounds}
     for proto, ours, theirs in SEED_001_GROUPS:
-        rows = run_rows((("nginx", ours), ("nginx", theirs)), APP, {"echo71k": echo}, info,
-                        workdir, client, cfg)
+        pair = (("nginx", ours), ("nginx", theirs))
+        if cfg.sweep:
+            rows = run_rows(pair, APP, {"echo71k": echo}, info, workdir, client, cfg)
+        else:   # each server's first setting, both up, rounds alternating between them
+            rows = run_interleaved(pair, APP, echo, "echo71k", info, workdir, client, cfg)
         out["groups"].append({"protocol": proto, "rows": rows})
     return out
 

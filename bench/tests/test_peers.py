@@ -1,6 +1,8 @@
 """The peers and seeds parts without a server: the peers' command lines and the fronts' configs, ab's
 report parsed, the Adj Mean, the sweep's choice of the best setting, and the peers' and seeds'
 report on made-up results (the measurement itself is ``python -m bench --only peers,seeds``)."""
+import os
+
 import pytest
 
 from bench import run
@@ -383,3 +385,42 @@ def test_cli_rejects_unknown_parts_and_seeds():
         run.main(["--only", "peers,nonsense"])
     with pytest.raises(SystemExit):
         run.main(["--only", "seeds", "--seeds", "003"])
+
+
+# -- rounds alternating between servers --------------------------------------------------------
+
+def test_interleaved_alternates_rounds_and_keeps_each_median(monkeypatch, tmp_path):
+    order = []
+
+    class FakeCell:
+        def __init__(self, front, peer, settings, app, workdir, client, uwsgi_binary):
+            self.port, self.error = peer.port, None
+            assert os.path.isdir(workdir)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            order.append("stop %d" % self.port)
+
+        def died(self):
+            return None
+
+    class Peer:
+        def __init__(self, port):
+            self.port, self.candidates = port, [{"processes": port}]
+
+    figures = {1: iter([10, 30, 20]), 2: iter([7, 5, 6])}
+
+    def load(port):
+        order.append(port)
+        return {"rps": next(figures[port])}
+
+    monkeypatch.setattr(cells, "Cell", FakeCell)
+    monkeypatch.setattr(cells, "settings_text", lambda s: str(s))
+    rows = cells.interleaved([("nginx", Peer(1)), ("nginx", Peer(2))], "app", str(tmp_path),
+                             None, load, "echo71k", 3)
+    assert order == [1, 2, 1, 2, 1, 2, "stop 2", "stop 1"]   # both up for every round
+    assert [r["loads"]["echo71k"]["rps"] for r in rows] == [20, 6]
+    assert rows[0]["loads"]["echo71k"]["rounds"] == [10, 30, 20]   # in the order run
+    assert rows[1]["interleaved"] == 3 and rows[1]["best"] == {"processes": 2}
