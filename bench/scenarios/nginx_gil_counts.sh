@@ -45,7 +45,9 @@ SPID=$!
 NPID=$!
 sleep 1.5
 NW=$(pgrep -P $NPID | head -1)  # the nginx worker
-cpu_ticks() { awk '{print $14+$15}' /proc/$1/stat; }
+# utime+stime: the fields after the command's closing parenthesis (flupfast's process title
+# has spaces in it, which shift awk's fields when counted from the start of the line)
+cpu_ticks() { sed 's/.*) //' /proc/$1/stat | awk '{print $12+$13}'; }
 wrk -t1 -c16 -d2 http://127.0.0.1:$PORT/ > /dev/null 2>&1   # warm-up
 sleep 0.5
 read V0 I0 < <(cat /proc/$SPID/task/*/status | awk '/^voluntary_ctxt/{v+=$2}/^nonvoluntary_ctxt/{i+=$2}END{print v,i}')

@@ -47,6 +47,22 @@ cdef extern from "<unistd.h>" nogil:
 from libc.errno cimport ECONNABORTED
 
 
+from _socket import socket as _c_socket_base
+
+cdef object _c_socket_init = _c_socket_base.__init__
+
+
+cdef object _new_socket(cls, family, type_, proto, int fd):
+    """``cls(family, type_, proto, fileno=fd)`` without socket.py's Python ``__init__`` (a
+    frame and its keyword parsing per accepted connection): _socket's own init, then the two
+    attributes socket.py's sets (the same in CPython 3.6-3.13)."""
+    sock = cls.__new__(cls)
+    _c_socket_init(sock, family, type_, proto, fd)
+    sock._io_refs = 0
+    sock._closed = False
+    return sock
+
+
 cdef enum:
     _LEADER_SETS = 8  # workers waiting at once on sets of their own (EPOLLEXCLUSIVE)
 
@@ -188,7 +204,8 @@ cdef class Leader:
             if fd < 0:
                 return None
             try:
-                client = self._socket_class(self._family, self._type, self._proto, fileno=fd)
+                client = _new_socket(self._socket_class, self._family, self._type,
+                                     self._proto, fd)
             except BaseException:
                 c_close(fd)
                 raise

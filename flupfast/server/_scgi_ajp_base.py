@@ -127,7 +127,7 @@ class SCGIAJPServerBase(object):
         allow = self._allow_list
         if allow is None or allow.addresses is not self._allowedServers:
             allow = self._allow_list = AllowList(self._allowedServers, logger=self.logger)
-        return allow.allows(addr)
+        return allow.addresses is None or allow.allows(addr)  # unset: no call per connection
 
     def _run_front(self, mode_run):
         """flup's front-end ``run()``: log, set up the socket, run the mode, clean up.

@@ -406,7 +406,11 @@ class BaseFCGIServer(object):
         if lists is None or lists[0].addresses is not self._web_server_addrs \
                 or lists[1].addresses is not self._allowedServers:  # (re)assigned: read again
             lists = self._allow_lists = self._build_allow_lists()
-        return lists[0].allows(addr) and lists[1].allows(addr)
+        # An unset list admits everybody: asked here, not in a call per list (both are unset
+        # by default, and this runs for every connection).
+        web_servers, allowed = lists
+        return (web_servers.addresses is None or web_servers.allows(addr)) \
+            and (allowed.addresses is None or allowed.allows(addr))
 
     def _build_allow_lists(self):
         return (AllowList.web_server_addrs(self._web_server_addrs, _connection.logger),

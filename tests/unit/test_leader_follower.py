@@ -58,6 +58,17 @@ def test_lead_accepts_a_blocking_close_on_exec_socket(backend, unix_listener):
             assert (client.family, client.type) == (listener.family, listener.type)
             peer.sendall(b"x")
             assert client.recv(1) == b"x"
+            # A whole socket.socket (the compiled twin builds it without socket.py's
+            # __init__): close() waits for a makefile() stream, then closes the fd.
+            assert type(client) is socket.socket
+            stream = client.makefile("rb")
+            client.close()
+            assert client._closed and client.fileno() != -1  # the stream holds the fd
+            peer.sendall(b"y")
+            assert stream.read(1) == b"y"
+            stream.close()
+            assert client.fileno() == -1
+            assert "closed" in repr(client)
         finally:
             client.close()
     finally:
