@@ -52,12 +52,17 @@ OVERLOADED_CGI_RESPONSE = overloaded_response()
 
 
 class PartsWriter:
-    """The file-like ``write``/``writelines`` of the response streams (FastCGI's STDOUT, SCGI's
-    raw socket, plain CGI's stdout), once, over their ``write_parts(parts, hold=False)``.
-    ``STR_ENCODING`` is how each encodes a str, as flup's stream for that protocol does."""
+    """The response streams (FastCGI's STDOUT, SCGI's raw socket, plain CGI's stdout), once,
+    over their ``write_parts(parts, hold=False)``: the file-like ``write``/``writelines``, and
+    the gateway's responder for CGI-style protocols (``run_application`` is given the stream
+    itself, so no responder object is built per request): a ``Status:`` header block (uwsgi:
+    an HTTP status line, by ``status_prefix``), then the body, on one byte stream; headers
+    and the first body bytes leave in one send. ``STR_ENCODING`` is how each encodes a str,
+    as flup's stream for that protocol does."""
 
     __slots__ = ()
     STR_ENCODING = 'latin-1'
+    status_prefix = CGI_STATUS_PREFIX
 
     def write(self, data):
         if isinstance(data, str):
@@ -67,6 +72,23 @@ class PartsWriter:
     def writelines(self, lines):
         for line in lines:
             self.write(line)
+
+    # -- the responder (gateway.Response's other side) ---------------------------------------
+
+    def send_head(self, status, headers, data, more):
+        head = build_cgi_head(status, headers, self.status_prefix)
+        if len(data) <= JOIN_HEAD_LIMIT:
+            # One part, so one record: joining a small body costs less than framing it apart.
+            self.write_parts((head + data,), more)
+        else:
+            self.write_parts((head, data), more)
+
+    def send_body(self, data, more):
+        self.write_parts((data,), more)
+
+    def can_send_file(self, filelike):
+        """True when ``send_file`` can hand ``filelike`` to the kernel (SCGI's raw socket)."""
+        return False
 
 
 def send_buffers(sock, buffers):
@@ -107,35 +129,3 @@ def shutdown_quietly(sock, how=socket.SHUT_WR):
         sock.shutdown(how)
     except OSError:
         pass
-
-
-class CGIResponder:
-    """The gateway's responder for CGI-style protocols: a ``Status:`` header block (uwsgi: an
-    HTTP status line, by ``status_prefix``), then the body, on one byte stream; headers and
-    the first body bytes leave in one send.
-    """
-
-    __slots__ = ('_stream', '_prefix')
-
-    def __init__(self, stream, status_prefix=CGI_STATUS_PREFIX):
-        self._stream = stream
-        self._prefix = status_prefix
-
-    def send_head(self, status, headers, data, more):
-        head = build_cgi_head(status, headers, self._prefix)
-        if len(data) <= JOIN_HEAD_LIMIT:
-            # One part, so one record: joining a small body costs less than framing it apart.
-            self._stream.write_parts((head + data,), more)
-        else:
-            self._stream.write_parts((head, data), more)
-
-    def send_body(self, data, more):
-        self._stream.write_parts((data,), more)
-
-    def can_send_file(self, filelike):
-        """True when the stream is a raw socket (SCGI) and ``filelike`` a regular file."""
-        can = getattr(self._stream, 'can_send_file', None)
-        return can is not None and can(filelike)
-
-    def send_file(self, filelike):
-        self._stream.send_file(filelike)

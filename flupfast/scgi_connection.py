@@ -61,7 +61,9 @@ class SCGIRequest:
         self.stdin = input
         self.stdout = output
         self.logger = conn.logger
-        self.status_prefix = conn.status_prefix(environ)
+        prefix = self.status_prefix = conn.status_prefix(environ)
+        if prefix is not output.status_prefix:  # uwsgi: the stream starts an HTTP head
+            output.status_prefix = prefix
 
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was

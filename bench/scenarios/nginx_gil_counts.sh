@@ -2,7 +2,7 @@
 # Kernel counts per request of a thread-mode backend behind nginx (one worker, a new backend
 # connection per request) at wrk -c16: futex calls, all syscalls, context switches (perf stat on
 # the server's threads, no strace), first receives, accepts and epoll_waits; and the CPU time
-# per request of the server and of the nginx worker, with the share of a core each used (a
+# per request of the server (and its user part) and of the nginx worker, with the share of a core each used (a
 # server below a full core while requests wait is waiting, not computing). The req/s and p99
 # wrk prints are one run's, not a measurement on a shared machine: compare trees by turns.
 # bench/profile-new-connection.md sections 5 and 7.
@@ -55,9 +55,10 @@ perf stat -x , -o $D/perf.txt -e syscalls:sys_enter_futex,raw_syscalls:sys_enter
 PP=$!
 sleep 0.5
 machine() { awk '/^cpu /{print $5+$6, $9}' /proc/stat; }  # idle+iowait, steal
-C0="$(cpu_ticks $SPID) $(cpu_ticks $NW) $(date +%s.%N) $(machine)"
+user_ticks() { sed 's/.*) //' /proc/$1/stat | awk '{print $12}'; }
+C0="$(cpu_ticks $SPID) $(user_ticks $SPID) $(cpu_ticks $NW) $(date +%s.%N) $(machine)"
 wrk -t1 -c16 -d3 --latency http://127.0.0.1:$PORT/ > $D/wrk.txt 2>&1
-C1="$(cpu_ticks $SPID) $(cpu_ticks $NW) $(date +%s.%N) $(machine)"
+C1="$(cpu_ticks $SPID) $(user_ticks $SPID) $(cpu_ticks $NW) $(date +%s.%N) $(machine)"
 kill -INT $PP; wait $PP
 read V1 I1 < <(cat /proc/$SPID/task/*/status | awk '/^voluntary_ctxt/{v+=$2}/^nonvoluntary_ctxt/{i+=$2}END{print v,i}')
 N=$(grep -o '[0-9]* requests in' $D/wrk.txt | awk '{print $1}')
@@ -69,13 +70,13 @@ python3 - "$D/perf.txt" $N $V0 $I0 $V1 $I1 $LABEL $PROTO $NT $ERR "$C0" "$C1" "$
 import os
 import sys
 p,n,v0,i0,v1,i1,label,proto,nt,err,c0,c1,p99=sys.argv[1:]
-(s0, w0, t0, id0, st0), (s1, w1, t1, id1, st1) = [[float(x) for x in c.split()] for c in (c0, c1)]
+(s0, u0, w0, t0, id0, st0), (s1, u1, w1, t1, id1, st1) = [[float(x) for x in c.split()] for c in (c0, c1)]
 tick, secs = os.sysconf('SC_CLK_TCK'), t1 - t0
 n=int(n); c={}
 for l in open(p):
     f=l.strip().split(',')
     if len(f)>=3 and f[0].isdigit(): c[f[2].split(':')[-1]]=int(f[0])
 print("%s %s n=%d threads=%s wrkerr=%s futex/req=%.2f syscalls/req=%.2f cs/req=%.2f vol/req=%.2f invol/req=%.2f recv=%.2f accept=%.2f epoll_wait=%.2f" % (label, proto, n, nt, err, c.get('sys_enter_futex',0)/n, c.get('sys_enter',0)/n, c.get('context-switches',0)/n, (int(v1)-int(v0))/n, (int(i1)-int(i0))/n, c.get('sys_enter_recvfrom',0)/n, c.get('sys_enter_accept4',0)/n, c.get('sys_enter_epoll_wait',0)/n))
-print("  req/s=%.0f p99=%s server: %.1f us/req, %.0f%% of a core; nginx worker: %.1f us/req, %.0f%%" % (n/secs, p99, (s1-s0)/tick/n*1e6, (s1-s0)/tick/secs*100, (w1-w0)/tick/n*1e6, (w1-w0)/tick/secs*100))
+print("  req/s=%.0f p99=%s server: %.1f us/req (user %.1f), %.0f%% of a core; nginx worker: %.1f us/req, %.0f%%" % (n/secs, p99, (s1-s0)/tick/n*1e6, (u1-u0)/tick/n*1e6, (s1-s0)/tick/secs*100, (w1-w0)/tick/n*1e6, (w1-w0)/tick/secs*100))
 print("  machine: idle %.0f%%, steal %.0f%% of %d cores" % ((id1-id0)/tick/secs*100, (st1-st0)/tick/secs*100, os.cpu_count()))
 EOP

@@ -8,7 +8,7 @@ import sys
 import traceback
 
 from flupfast import gateway
-from flupfast.output import CGIResponder, build_cgi_head
+from flupfast.output import build_cgi_head
 from flupfast.cgi_fallback import CGIOutput as StdoutWrapper, cgi_params, cgi_stdin
 
 __all__ = ['WSGIServer']
@@ -30,7 +30,7 @@ class WSGIServer(object):
         environ = gateway.build_environ(cgi_params(), None, cgi_stdin(), sys.stderr,
                                         multithread=False, multiprocess=True, run_once=True)
         try:
-            gateway.run_application(self.application, environ, CGIResponder(stdout))
+            gateway.run_application(self.application, environ, stdout)
         except Exception:
             traceback.print_exc(file=sys.stderr)
             sys.stderr.flush()

@@ -16,7 +16,6 @@ from flupfast import deadline as _deadline
 from flupfast import fastcgi_connection as _connection
 from flupfast import gateway
 from flupfast.limits import DEFAULT_MAXWRITE
-from flupfast.output import CGIResponder
 from flupfast.protocols.fastcgi import (  # noqa: F401  (flup exports every FCGI_* name)
     FCGI_ABORT_REQUEST, FCGI_AUTHORIZER, FCGI_BEGIN_REQUEST, FCGI_CANT_MPX_CONN, FCGI_DATA,
     FCGI_END_REQUEST, FCGI_FILTER, FCGI_GET_VALUES, FCGI_GET_VALUES_RESULT, FCGI_HEADER_LEN,
@@ -447,7 +446,7 @@ class BaseFCGIServer(object):
             multiprocess=is_cgi or self.multiprocess,
             run_once=is_cgi)
         self._sanitizeEnv(environ)
-        gateway.run_application(self.application, environ, CGIResponder(req.stdout),
+        gateway.run_application(self.application, environ, req.stdout,
                                 None if self.multithreaded else self._appLock)
         return FCGI_REQUEST_COMPLETE, 0
 

@@ -12,7 +12,7 @@ from flupfast import deadline as _deadline
 from flupfast import gateway
 from flupfast import scgi_connection as _scgi
 from flupfast.limits import MAX_SCGI_HEADER_BYTES
-from flupfast.output import CGIResponder, build_cgi_head
+from flupfast.output import build_cgi_head
 from flupfast.protocols.errors import SCGIError
 from flupfast.server import NoDefault
 from flupfast.server._blocking_io import recvall
@@ -131,8 +131,7 @@ to a Unix socket, umask may be set to the umask in force while the socket is cre
         application's response."""
         environ = self._environ_for(request.environ, request.stdin)
         self._sanitizeEnv(environ)
-        gateway.run_application(self.application, environ,
-                                CGIResponder(request.stdout, request.status_prefix),
+        gateway.run_application(self.application, environ, request.stdout,
                                 None if self.multithreaded else self._appLock)
 
     def _sanitizeEnv(self, environ):
