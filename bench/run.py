@@ -27,6 +27,7 @@ if str(Path(__file__).resolve().parent.parent) not in sys.path:
 
 from bench.base import BENCH, MIB, log  # noqa: E402  (after the sys.path fix)
 from bench.drivers.fcgi_load import LoadClient  # noqa: E402
+from bench.fronts import GROUPS  # noqa: E402
 from bench.report.files import save_json, write_report  # noqa: E402
 from bench.report.markdown import all_targets, render_markdown  # noqa: E402
 from bench.scenarios import ajp, behind_fronts, fastcgi, instructions, peers, scgi, seeds  # noqa: E402,E501
@@ -155,7 +156,7 @@ def main(argv=None):
                         help="direct SCGI/AJP servers' log levels (default INFO, as flup "
                         "runs by default; e.g. INFO,WARNING; the fronts run at WARNING)")
     parser.add_argument("--groups", default="",
-                        help="fronts: which of fcgi-thread,fcgi-fork,scgi-fork,ajp-thread")
+                        help="fronts: which of %s" % ",".join(g[0] for g in GROUPS))
     parser.add_argument("--callgrind-n", type=int, default=0,
                         help="callgrind: N (and 2N) requests per count (default 300 in "
                         "--quick, 500)")

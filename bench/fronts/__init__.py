@@ -8,8 +8,10 @@ GROUPS = (
     # key, protocol, mode, front
     ("fcgi-thread", "fcgi", "thread", "nginx"),
     ("fcgi-fork", "fcgi", "fork", "nginx"),
+    ("scgi-thread", "scgi", "thread", "nginx"),
     ("scgi-fork", "scgi", "fork", "nginx"),
     ("ajp-thread", "ajp", "thread", "apache"),
+    ("ajp-fork", "ajp", "fork", "apache"),
     ("uwsgi-thread", "uwsgi", "thread", "nginx"),
     ("uwsgi-fork", "uwsgi", "fork", "nginx"),
 )
@@ -17,6 +19,7 @@ GROUPS = (
 
 GROUP_LABEL = {
     "fcgi-thread": "FastCGI, thread mode, nginx", "fcgi-fork": "FastCGI, fork mode, nginx",
-    "scgi-fork": "SCGI, fork mode, nginx", "ajp-thread": "AJP13, thread mode, Apache",
+    "scgi-thread": "SCGI, thread mode, nginx", "scgi-fork": "SCGI, fork mode, nginx",
+    "ajp-thread": "AJP13, thread mode, Apache", "ajp-fork": "AJP13, fork mode, Apache",
     "uwsgi-thread": "uwsgi, thread mode, nginx", "uwsgi-fork": "uwsgi, fork mode, nginx",
 }
