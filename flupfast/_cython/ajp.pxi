@@ -228,7 +228,7 @@ cdef inline str _ajp_fixed(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t e
     cdef Py_ssize_t length = _ajp_string(p, pos, end, what)
     if length < 0:
         return ''
-    return PyUnicode_DecodeLatin1(<char *>p + pos[0] - length - 1, length, NULL)
+    return _decode_value(p + pos[0] - length - 1, length)  # fastcgi.pxi's str cache
 
 
 cdef str _ajp_header_key(const unsigned char *name, Py_ssize_t n):
@@ -342,7 +342,7 @@ cdef tuple _ajp_decode_forward_request(const unsigned char *p, Py_ssize_t end):
         length = _ajp_string(p, &pos, end, 'header value')
         if key is None or length < 0:
             continue
-        value = PyUnicode_DecodeLatin1(<char *>p + pos - length - 1, length, NULL)
+        value = _decode_value(p + pos - length - 1, length)
         old = environ.get(key)
         environ[key] = value if old is None else old + ', ' + value
 

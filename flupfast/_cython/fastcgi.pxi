@@ -106,27 +106,42 @@ cdef extern from *:
 
 cdef enum:
     _NAME_CACHE_SLOTS = 256     # a power of two; real front ends send 20-60 distinct names
-    _NAME_CACHE_MAX_LEN = 40    # longer names are rare and get a fresh str
+    _NAME_CACHE_MAX_LEN = 40    # longer names (and values) are rare and get a fresh str
 
-cdef PyObject *_name_cache[_NAME_CACHE_SLOTS]   # owned references to 1-byte-kind str, or NULL
+# Owned references to 1-byte-kind str, or NULL. Names repeat from request to request, and so
+# do most values (SERVER_PROTOCOL, GATEWAY_INTERFACE, SERVER_SOFTWARE, REMOTE_ADDR, HTTP_HOST,
+# the methods...): one cache each, so that a value that changes every request (REMOTE_PORT)
+# evicts only values, never a name.
+cdef PyObject *_name_cache[_NAME_CACHE_SLOTS]
+cdef PyObject *_value_cache[_NAME_CACHE_SLOTS]
 
 
-cdef str _decode_name(const unsigned char *p, Py_ssize_t n):
+cdef inline str _cached_str(PyObject **cache, const unsigned char *p, Py_ssize_t n):
+    """``p[:n]`` decoded latin-1, the same str object as last time when its slot of ``cache``
+    still holds these bytes (a str is immutable: sharing it is invisible)."""
     cdef size_t slot
     cdef PyObject *cached
-    cdef str name
+    cdef str text
     if n > _NAME_CACHE_MAX_LEN or n < 2:  # CPython already shares '' and 1-char strings
         return PyUnicode_DecodeLatin1(<char *>p, n, NULL)
     slot = flupfast_name_slot(p, n, _NAME_CACHE_SLOTS - 1)
-    cached = _name_cache[slot]
+    cached = cache[slot]
     if (cached != NULL and PyUnicode_GET_LENGTH(<object>cached) == n
             and memcmp(PyUnicode_1BYTE_DATA(<object>cached), p, n) == 0):
         return <str>cached
-    name = PyUnicode_DecodeLatin1(<char *>p, n, NULL)
-    Py_INCREF(name)
-    _name_cache[slot] = <PyObject *>name
+    text = PyUnicode_DecodeLatin1(<char *>p, n, NULL)
+    Py_INCREF(text)
+    cache[slot] = <PyObject *>text
     Py_XDECREF(cached)  # a str: its deallocation runs no Python code
-    return name
+    return text
+
+
+cdef str _decode_name(const unsigned char *p, Py_ssize_t n):
+    return _cached_str(_name_cache, p, n)
+
+
+cdef str _decode_value(const unsigned char *p, Py_ssize_t n):
+    return _cached_str(_value_cache, p, n)
 
 
 cdef inline Py_ssize_t _peek_length(const unsigned char *p, Py_ssize_t *pos,
@@ -183,7 +198,7 @@ cdef dict _decode_params(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_
             raise FastCGIError('name-value pair runs past the end of PARAMS')
         name = _decode_name(p + pos, name_len)
         pos += name_len
-        value = PyUnicode_DecodeLatin1(<char *>p + pos, value_len, NULL)
+        value = _decode_value(p + pos, value_len)
         pos += value_len
         params[name] = value
         if len(params) > max_pairs:

@@ -1,6 +1,7 @@
 # SCGI codec, compiled: the twin of flupfast/protocols/scgi.py (decode_request) with the same
 # signature, results and errors. The header netstring is scanned in place (no copy of the
-# block), names go through the FastCGI codec's name cache (_decode_name, same extension).
+# block), names and values go through the FastCGI codec's str caches (_decode_name,
+# _decode_value, same extension).
 # Included by flupfast/_speedups.pyx after fastcgi.pxi.
 
 from flupfast.limits import MAX_SCGI_HEADER_BYTES
@@ -56,7 +57,7 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
         if name_len == 0:
             raise SCGIError('empty header name')
         key = _decode_name(name, name_len)
-        text = PyUnicode_DecodeLatin1(<char *>value, value_len, NULL)
+        text = _decode_value(value, value_len)
         # The last value wins, as in the pure twin; a repeated CONTENT_LENGTH must agree.
         if name != p and key == 'CONTENT_LENGTH' and text != environ.get(key, text):
             raise SCGIError('conflicting CONTENT_LENGTH %r after %r' % (text, environ[key]))

@@ -1,7 +1,7 @@
 # uwsgi codec, compiled: the twin of flupfast/protocols/uwsgi.py (decode_uwsgi_request) with
 # the same signature, results and errors. The vars block is scanned in place (no copy), names
-# go through the FastCGI codec's name cache (_decode_name, same extension). Included by
-# flupfast/_speedups.pyx after fastcgi.pxi and scgi.pxi.
+# and values go through the FastCGI codec's str caches (_decode_name, _decode_value, same
+# extension). Included by flupfast/_speedups.pyx after fastcgi.pxi and scgi.pxi.
 
 from flupfast.limits import MAX_UWSGI_VARS_BYTES
 from flupfast.protocols.errors import UWSGIError
@@ -36,7 +36,7 @@ cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pa
         pos += 2
         if end - pos < size:
             raise UWSGIError('value of %d bytes runs past the vars block' % size)
-        value = PyUnicode_DecodeLatin1(<char *>(p + pos), size, NULL)
+        value = _decode_value(p + pos, size)
         pos += size
         # The last value wins, as in the pure twin; a repeated CONTENT_LENGTH must agree.
         if name == 'CONTENT_LENGTH':

@@ -181,6 +181,18 @@ def test_decode_params_names_survive_the_name_cache():
         assert decode(f.encode_params(pairs), 5000) == dict(pairs)
 
 
+def test_decode_params_values_survive_the_value_cache():
+    # Values are shared the same way: one that changes each request (REMOTE_PORT) at the same
+    # length, in the same slot, must never come back as the previous request's.
+    decode = _compiled_decode_params()
+    for port in range(50000, 50300):
+        pairs = [('REMOTE_PORT', str(port)), ('SERVER_PROTOCOL', 'HTTP/1.1'),
+                 ('HTTP_X', '\xe9%05d' % port), ('REMOTE_ADDR', '10.0.%d.%d' % divmod(port, 256))]
+        assert decode(f.encode_params(pairs), 10) == dict(pairs)
+    first = decode(f.encode_params([('A_', 'HTTP/1.1')]), 10)['A_']
+    assert decode(f.encode_params([('B_', 'HTTP/1.1')]), 10)['B_'] is first  # shared, equal
+
+
 @FUZZ
 @given(request_id=st.integers(0, 0xFFFF), size=st.integers(0, 3000),
        max_content=st.integers(1, 1200), record_type=st.integers(0, 255),
