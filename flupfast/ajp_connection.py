@@ -167,8 +167,7 @@ class AJPRequest:
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
-            logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
-                           fastlog.readable(environ['REQUEST_URI']), exc)
+            self.warn_disconnected(exc)
         except Exception as exc:
             if is_peer_gone(exc) or isinstance(exc, AJPError):
                 raise  # the connection cannot go on; it logs and closes
@@ -181,6 +180,12 @@ class AJPRequest:
             elapsed = datetime.datetime.now() - start
             logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'],
                          fastlog.readable(environ['REQUEST_URI']), elapsed.total_seconds())
+
+    def warn_disconnected(self, exc):
+        """The one line for a body the web server ended or dropped, naming the request."""
+        environ = self.environ
+        self.logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
+                            fastlog.readable(environ['REQUEST_URI']), exc)
 
     # -- flup's response API --------------------------------------------------------------
 
@@ -378,14 +383,18 @@ class AJPConnection(LoggedConnection):
         else:
             with request_deadline(self._timeout, self._timed_out):
                 req.run()
+        self.served += 1
         if req.truncated:
             # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
             # the client's response unfinished (``truncated-response-signalled``).
-            self.served += 1
             self.close()
             return False
-        body.finish()
-        self.served += 1
+        try:
+            body.finish()
+        except ClientDisconnected as exc:  # it left while answers were owed: nothing to end
+            req.warn_disconnected(exc)
+            self.close()
+            return False
         # The wire is clean now (the web server sends body chunks only when asked, and every
         # answer owed, the unsolicited first chunk included, was taken), so reuse, unless a
         # prefork child retires.
