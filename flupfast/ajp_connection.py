@@ -77,9 +77,12 @@ class _BodySource:
         self.promised += want
 
     def _ask(self):
-        """Send the asks that keep the pipe full: one for what is left when nothing is owed,
-        then whole-packet asks while the body still to come covers them."""
+        """Send the asks that keep the pipe full, once half of those in flight are answered
+        (one send for several): one for what is left when nothing is owed, then whole-packet
+        asks while the body still to come covers them."""
         asked = self.asked
+        if len(asked) > self.ahead // 2:
+            return
         if self.left is None:  # chunked: the end is an empty chunk, so one ask at a time
             if not asked:
                 self._owe(MAX_BODY_REQUEST)
