@@ -79,7 +79,7 @@ AJP_DEFAULT_MAX_DATA = AJP_DEFAULT_PACKET - 8
 # GET_BODY_CHUNKs go out while the answers they may bring, a packet's worth each, add up to at
 # most this many bytes. 32 KiB is four of mod_proxy_ajp's default 8 KiB packets (8186 data
 # bytes each), topped up two at a time: the web server always has an ask queued, and a 100 MiB
-# upload through Apache took 0.61-0.71 s instead of 1.08-2.78 s, with 0.8 instead of 2 of our
+# upload through Apache took a median 0.71 s instead of 0.98 s, with 0.8 instead of 2 of our
 # system calls per packet (bench/README.md, "AJP13 upload pipeline"). Not more: the answers in
 # flight must fit a loopback TCP receive buffer (128 KiB at first), so the web server never
 # blocks sending answers the app has not read while the app, done reading, sends a large
