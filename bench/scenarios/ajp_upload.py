@@ -1,7 +1,7 @@
 """The AJP13 upload through Apache at mod_proxy_ajp's default 8 KiB packets (ProxyIOBufferSize
 8192, flupfast at its default packetSize), the app reading read(65536): the measure of the
-request body pipeline (flupfast/ajp_connection.py's _BodySource; issue 17's target is 100 MiB
-in <= 0.3 s). The ``ajp`` part of ``python -m bench`` measures Apache at 64 KiB packets only.
+request body pipeline (flupfast/ajp_connection.py's _BodySource; the target is 100 MiB in
+<= 0.3 s). The ``ajp`` part of ``python -m bench`` measures Apache at 64 KiB packets only.
 Run on its own, as root (Apache's children run as www-data), one tree at a time:
 
     python -m bench.scenarios.ajp_upload [--kind compiled] [--mode thread] [--mib 100]
