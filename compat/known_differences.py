@@ -189,7 +189,10 @@ DIFFERENCES = [
         'two send() calls per packet and no TCP_NODELAY: about 44 ms per body chunk behind '
         'Apache (0.3 MiB/s); asks GET_BODY_CHUNK for min(remaining, 0xFFFF) bytes, more '
         'than one packet carries',
-        'TCP_NODELAY, one send per batch of packets, GET_BODY_CHUNK for at most 65530 bytes',
+        'TCP_NODELAY, one send per batch of packets, GET_BODY_CHUNK for at most 65530 bytes, '
+        'several kept in flight ahead of the app\'s reads for a body with Content-Length '
+        '(four at 8 KiB packets, never more than the body still to come; answers an app left '
+        'unread are read off before the next request)',
         'a 100 MiB upload took minutes'),
     Difference(
         'ajp-response-framing', 'ajp_base.py:575-594, :551-573',

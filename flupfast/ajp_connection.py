@@ -14,7 +14,7 @@ from flupfast.body import ClientDisconnected
 from flupfast.connection import LoggedConnection
 from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
-from flupfast.limits import AJP_DEFAULT_PACKET, AJP_MAX_PACKET
+from flupfast.limits import AJP_BODY_AHEAD, AJP_DEFAULT_PACKET, AJP_MAX_PACKET
 from flupfast.output import (OVERLOADED_BODY, OVERLOADED_HEADERS, OVERLOADED_REASON,
                              OVERLOADED_STATUS)
 from flupfast.protocols import ajp
@@ -31,6 +31,12 @@ def body_chunk_size(packet_size):
     return packet_size - 8
 
 
+def body_asks_ahead(chunk):
+    """How many GET_BODY_CHUNKs may be in flight when each answer carries up to ``chunk``
+    bytes: their answers together within limits.AJP_BODY_AHEAD, and always one."""
+    return max(1, AJP_BODY_AHEAD // chunk)
+
+
 # Largest body chunk one GET_BODY_CHUNK may ask for: a 64 KiB packet less its header (4) and
 # the chunk's length field (2). The web server sends at most what its own buffer holds.
 MAX_BODY_REQUEST = AJP_MAX_PACKET - 6
@@ -38,30 +44,83 @@ MAX_BODY_REQUEST = AJP_MAX_PACKET - 6
 
 class _BodySource:
     """``pull()`` for wsgi.input: the first chunk as it arrives unsolicited (when the length
-    is known), then one GET_BODY_CHUNK per pull for as much as a packet can carry; a chunked
-    body (no Content-Length) is asked for until the web server sends an empty chunk."""
+    is known), then GET_BODY_CHUNKs for as much as a packet can carry, kept in flight ahead of
+    the app's reads (up to ``conn.body_ahead`` asks); a chunked body (no Content-Length) is
+    asked for one chunk at a time until the web server sends an empty chunk.
 
-    __slots__ = ('_conn', 'left', 'unsolicited', 'ended')
+    The wire stays right because of what mod_proxy_ajp does (spec "Request Packet Structure",
+    GET_BODY_CHUNK / SEND_BODY_CHUNK; ``ajp-upload-speed``): it reads our packets one at a
+    time, in order, and answers each GET_BODY_CHUNK with one SEND_BODY_CHUNK of what its own
+    buffer takes from the client, whatever size was asked (at most its packet's data, at most
+    what is left of Content-Length). So the answers owed (``asked``, the unsolicited first
+    chunk counted as a whole-packet ask) never add up to more than the body still to come
+    (``left``): each ask finds data, none is answered empty or past the body. Only an ask
+    sent when nothing is owed may be short (it covers the rest of the body); those sent ahead
+    ask for a whole 64 KiB packet, so an answer of any packet size fits its ask. Answers still
+    owed when the request ends are read off the wire (``finish``) before the next request's
+    packets."""
+
+    __slots__ = ('_conn', 'left', 'asked', 'promised', 'ahead', 'ended')
 
     def __init__(self, conn, content_length):
         self._conn = conn
         self.left = content_length  # None: chunked, length unknown
-        self.unsolicited = bool(content_length)  # mod_proxy_ajp pushes the first chunk
+        self.asked = collections.deque()  # the sizes of the asks whose answers are owed
+        self.promised = 0  # their sum
+        self.ahead = conn.body_ahead
         self.ended = content_length == 0
+        if content_length:  # mod_proxy_ajp pushes the first chunk, a packet's worth at most
+            self._owe(MAX_BODY_REQUEST)
+
+    def _owe(self, want):
+        self.asked.append(want)
+        self.promised += want
+
+    def _ask(self):
+        """Send the asks that keep the pipe full, once half of those in flight are answered
+        (one send for several): one for what is left when nothing is owed, then whole-packet
+        asks while the body still to come covers them."""
+        asked = self.asked
+        if len(asked) > self.ahead // 2:
+            return
+        if self.left is None:  # chunked: the end is an empty chunk, so one ask at a time
+            if not asked:
+                self._owe(MAX_BODY_REQUEST)
+                self._conn.send([ajp.encode_get_body_chunk(MAX_BODY_REQUEST)])
+            return
+        room = self.left - self.promised
+        asks = []
+        while room > 0 and len(asked) < self.ahead and (room >= MAX_BODY_REQUEST or not asked):
+            want = min(room, MAX_BODY_REQUEST)
+            self._owe(want)
+            asks.append(ajp.encode_get_body_chunk(want))
+            room -= want
+        if asks:
+            self._conn.send(asks)
+
+    def _answer(self):
+        """The next owed answer, checked against its ask."""
+        want = self.asked.popleft()
+        self.promised -= want
+        try:
+            data = self._conn.next_body_chunk()
+        except ClientDisconnected:
+            self.asked.clear()  # nothing more will come
+            self.ended = True
+            raise
+        if len(data) > want:
+            raise AJPError('body chunk of %d bytes where %d were asked for' % (len(data), want))
+        if len(data) * self.ahead > AJP_BODY_AHEAD:
+            # A web server with larger packets than ours (ProxyIOBufferSize above our
+            # packetSize): fewer asks keep the same bytes in flight.
+            self.ahead = body_asks_ahead(len(data))
+        return data
 
     def __call__(self):
         if self.ended:
             return b''
-        conn = self._conn
-        if self.unsolicited:
-            self.unsolicited = False
-            want = MAX_BODY_REQUEST
-        else:
-            want = MAX_BODY_REQUEST if self.left is None else min(self.left, MAX_BODY_REQUEST)
-            conn.send([ajp.encode_get_body_chunk(want)])
-        data = conn.next_body_chunk()
-        if len(data) > want:
-            raise AJPError('body chunk of %d bytes where %d were asked for' % (len(data), want))
+        self._ask()
+        data = self._answer()
         if not data:
             self.ended = True
             if self.left:
@@ -78,11 +137,11 @@ class _BodySource:
         return data
 
     def finish(self):
-        """Take the unsolicited first chunk if the app never asked for it, so the next
-        packet on the connection is the next request's."""
-        if self.unsolicited:
-            self.unsolicited = False
-            self._conn.next_body_chunk()
+        """Read off the answers still owed (the unsolicited first chunk if the app never
+        asked for it, those asked ahead of an app that stopped reading), so the next packet
+        on the connection is the next request's."""
+        while self.asked:
+            self._answer()
 
 
 class AJPRequest:
@@ -111,8 +170,7 @@ class AJPRequest:
         try:
             self._conn.server.handler(self)
         except ClientDisconnected as exc:
-            logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
-                           fastlog.readable(environ['REQUEST_URI']), exc)
+            self.warn_disconnected(exc)
         except Exception as exc:
             if is_peer_gone(exc) or isinstance(exc, AJPError):
                 raise  # the connection cannot go on; it logs and closes
@@ -125,6 +183,12 @@ class AJPRequest:
             elapsed = datetime.datetime.now() - start
             logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'],
                          fastlog.readable(environ['REQUEST_URI']), elapsed.total_seconds())
+
+    def warn_disconnected(self, exc):
+        """The one line for a body the web server ended or dropped, naming the request."""
+        environ = self.environ
+        self.logger.warning('%s %s: %s', environ['REQUEST_METHOD'],
+                            fastlog.readable(environ['REQUEST_URI']), exc)
 
     # -- flup's response API --------------------------------------------------------------
 
@@ -189,11 +253,14 @@ class AJPConfig:
     ``packetSize``, in ``BaseAJPServer._connectionConfig``) and shared by every connection it
     serves."""
 
-    __slots__ = ('packet_size', 'body_chunk')
+    __slots__ = ('packet_size', 'body_chunk', 'body_ahead')
 
     def __init__(self, packet_size=AJP_DEFAULT_PACKET):
         self.packet_size = packet_size
         self.body_chunk = body_chunk_size(packet_size)
+        # A web server's body packet of the same size carries its length (2) after the
+        # header (4): 8186 bytes at 8 KiB, so four asks in flight.
+        self.body_ahead = body_asks_ahead(packet_size - 6)
 
 
 class AJPConnection(LoggedConnection):
@@ -208,6 +275,7 @@ class AJPConnection(LoggedConnection):
             config = server._connectionConfig()
         self.packet_size = config.packet_size
         self.body_chunk = config.body_chunk
+        self.body_ahead = config.body_ahead
         self.max_requests = None  # set by a prefork child: retire after this many
         self.idle = False
         # Between requests a kept connection may wait in the threaded mode's parked set
@@ -318,16 +386,21 @@ class AJPConnection(LoggedConnection):
         else:
             with request_deadline(self._timeout, self._timed_out):
                 req.run()
+        self.served += 1
         if req.truncated:
             # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
             # the client's response unfinished (``truncated-response-signalled``).
-            self.served += 1
             self.close()
             return False
-        body.finish()
-        self.served += 1
-        # The wire is clean now (the web server sends body chunks only when asked, and the
-        # unsolicited first one was taken), so reuse, unless a prefork child retires.
+        try:
+            body.finish()
+        except ClientDisconnected as exc:  # it left while answers were owed: nothing to end
+            req.warn_disconnected(exc)
+            self.close()
+            return False
+        # The wire is clean now (the web server sends body chunks only when asked, and every
+        # answer owed, the unsolicited first chunk included, was taken), so reuse, unless a
+        # prefork child retires.
         reuse = self.max_requests is None or self.served < self.max_requests
         if not req._headersSent:
             # A handler that answered nothing (flup sends END_RESPONSE alone; the web server

@@ -29,7 +29,7 @@ MaxRequestWorkers {threads}
 MinSpareThreads 1
 MaxSpareThreads {threads}
 """ + APACHE_KEEPALIVE + """\
-ProxyIOBufferSize 65536
+ProxyIOBufferSize {io_buffer}
 {vhosts}
 """
 
@@ -60,11 +60,12 @@ Listen 127.0.0.1:{port}
 """
 
 
-def apache_config(root, vhosts, timeout, threads=32, static=None, ports=None):
+def apache_config(root, vhosts, timeout, threads=32, static=None, ports=None, io_buffer=65536):
     """The whole httpd.conf. ``vhosts``: key -> an AJP backend port (int), (scheme, backend
     port) with scheme ajp|fcgi|scgi|http, or ("raw", (modules, text)) where ``text`` has a
     ``{port}`` field; ``ports``: key -> the port Apache listens on for it; ``static``:
-    (port, directory) of the static host."""
+    (port, directory) of the static host; ``io_buffer``: ProxyIOBufferSize (8192 is
+    mod_proxy_ajp's default packet)."""
     modules = ["authz_core", "proxy"]
     parts = []
     for key, spec in vhosts.items():
@@ -90,7 +91,8 @@ def apache_config(root, vhosts, timeout, threads=32, static=None, ports=None):
     return APACHE_CONF.format(root=root, mods=APACHE_MODULES, loglevel="warn",
                               modules=mods.rstrip("\n"),
                               timeout=int(timeout), threads=threads,
-                              thread_limit=max(64, threads), vhosts="".join(parts))
+                              thread_limit=max(64, threads), vhosts="".join(parts),
+                              io_buffer=io_buffer)
 
 
 def apache_root(workdir):
@@ -107,7 +109,7 @@ class Apache(Front):
 
     name = "apache2"
 
-    def __init__(self, workdir, vhosts, timeout, static_root=None, threads=32):
+    def __init__(self, workdir, vhosts, timeout, static_root=None, threads=32, io_buffer=65536):
         root = apache_root(workdir)
         super().__init__(root, os.path.join(root, "logs"))
         self.run_dir = os.path.join(self.root, "run")
@@ -124,7 +126,8 @@ class Apache(Front):
             static = (self.ports["static"], static_root)
         self.conf = os.path.join(self.root, "httpd.conf")
         with open(self.conf, "w") as f:
-            f.write(apache_config(self.root, vhosts, timeout, threads, static, self.ports))
+            f.write(apache_config(self.root, vhosts, timeout, threads, static, self.ports,
+                                  io_buffer))
 
     def start(self):
         return self._start([APACHE, "-d", self.root, "-f", self.conf, "-DFOREGROUND"],

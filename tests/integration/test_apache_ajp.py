@@ -36,7 +36,8 @@ FLUP_AJP_NAGLE = (
     "every AJP packet goes out as two send() calls (prefix, then payload; ajp_base.py "
     "Packet.write) without TCP_NODELAY: Nagle plus delayed ACK cost ~40 ms per packet, so "
     "each 8 KiB GET_BODY_CHUNK round trip waits 40 ms and 100 MiB takes about 9 minutes")
-for _name in ("test_upload_100mib_read65536", "test_upload_100mib_readline"):
+for _name in ("test_upload_100mib_read65536", "test_upload_100mib_readline",
+              "test_upload_pipelined"):
     AJP_FLUP_BUGS[_name] = (FLUP_AJP_NAGLE, False)
 
 FLUP_POOL_RACE = (
@@ -53,9 +54,21 @@ FLUP_SECRET = ("attribute 0x0C (secret) is outside flup's attribute table: Proto
                "drops the connection and Apache answers 503")
 
 
+# The GET_BODY_CHUNK pipeline (flupfast/ajp_connection.py _BodySource): big enough to keep
+# asks in flight for thousands of packets at 8 KiB, small enough for every run.
+PIPELINED = 24 * 1024 * 1024 + 4321
+
+
 class AjpChecks:
-    """AJP checks: methods sent as stored methods, pooled connections under concurrency."""
+    """AJP checks: methods sent as stored methods, pooled connections under concurrency, the
+    body pipeline's asks ahead of the app."""
     pytestmark = [pytest.mark.peer]
+
+    def test_upload_pipelined(self, front):
+        """Some 24 MiB through mod_proxy_ajp, sha256 checked: the asks sent ahead of the app
+        are answered in order, never past the body."""
+        check_upload(front, upload(front, "read65536", PIPELINED), PIPELINED, "read65536")
+        front.assert_alive()
 
     def test_patch(self, front):
         body = probe.pattern_bytes(5000)
@@ -107,6 +120,15 @@ class AjpChecks:
         front.assert_alive()
 
 
+def _class_front(cls, server):
+    """The class's own Apache and backend (``cls.options``), named after the class."""
+    front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
+                                   % (cls.__name__[len("TestApacheAjp"):].lower() or "pool"),
+                                   **cls.options)
+    yield front
+    front.stop()
+
+
 class ApacheAjpSuite(AjpChecks, FrontSuite):
     options = {}
     flup_bugs = AJP_FLUP_BUGS
@@ -114,11 +136,7 @@ class ApacheAjpSuite(AjpChecks, FrontSuite):
     @pytest.fixture(scope="class")
     @classmethod
     def front(cls, server):
-        front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
-                                       % (cls.__name__[len("TestApacheAjp"):].lower()
-                                          or "pool"), **cls.options)
-        yield front
-        front.stop()
+        yield from _class_front(cls, server)
 
 
 class TestApacheAjp(ApacheAjpSuite):
@@ -143,11 +161,7 @@ class _AjpVariantSuite:
     @pytest.fixture(scope="class")
     @classmethod
     def front(cls, server):
-        front = start_apache_proxy_ajp(server, name="apache-ajp-%s"
-                                       % cls.__name__[len("TestApacheAjp"):].lower(),
-                                       **cls.options)
-        yield front
-        front.stop()
+        yield from _class_front(cls, server)
 
     _known_flup_bugs = FrontSuite._known_flup_bugs
     test_hello = FrontSuite.test_hello
@@ -179,5 +193,50 @@ class TestApacheAjpSecret(_AjpVariantSuite):
 class TestApacheAjpForkMode(_AjpVariantSuite):
     """Prefork: each pooled connection holds a child (flup: up to maxChildren 50)."""
     options = dict(mode="fork")
+    test_upload_pipelined = AjpChecks.test_upload_pipelined
     flup_bugs = dict(AJP_FLUP_BUGS, test_concurrent_pooled=(FLUP_PREFORK_POOL, True))
+
+
+class _PartialReadSuite:
+    """The body pipeline's drain on a fresh front: its pool starts empty, so every backend
+    connection the counting proxy sees is this test's."""
+    pytestmark = [pytest.mark.peer]
+    options = {}
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def front(cls, server):
+        yield from _class_front(cls, server)
+
+    def test_partial_read_then_reuse(self, front):
+        """An app that reads 10,000 bytes of a 1 MiB upload and answers, with asks still in
+        flight, five times on one kept client and backend connection, each followed by a GET
+        and the last by a whole upload: every answer right, on one backend connection (the
+        answers owed were read off before the next request)."""
+        front.counter.reset()
+        with contextlib.closing(front.client(port=front.counted_port, timeout=30)) as c:
+            for i in range(5):
+                size = (1 << 20) + i
+                resp = c.request("POST", front.url("/upload?mode=read65536&limit=10000"),
+                                 body=probe.pattern_chunks(size),
+                                 headers={"Content-Length": str(size)})
+                assert resp.status == 200, (i, resp.status, resp.body[:300])
+                got = resp.json()
+                assert (got["length"], got["sha256"]) == (10000, expected_sha256(10000)), got
+                resp = c.request("GET", front.url("/environ?i=%d" % i))
+                assert resp.status == 200, (i, resp.status, resp.body[:300])
+                assert resp.json()["QUERY_STRING"] == "i=%d" % i
+            check_upload(front, upload(front, "read65536", MEDIUM, client=c), MEDIUM,
+                         "read65536")
+        assert front.counter.count() == 1
+        front.assert_alive()
+
+
+class TestApacheAjpPartialRead(_PartialReadSuite):
+    """Thread mode."""
+
+
+class TestApacheAjpPartialReadFork(_PartialReadSuite):
+    """Fork mode: the kept connection holds one child."""
+    options = dict(mode="fork")
 

@@ -18,7 +18,7 @@ DOC = os.path.join(ROOT, 'docs', 'security.md')
 # limits.py constants that size buffers and packets rather than bound a peer; the page names
 # them in one sentence instead of the table.
 NOT_CAPS = {'DEFAULT_MAXWRITE', 'RECV_BUFFER_SIZE', 'COALESCE_LIMIT', 'MAX_IOVECS',
-            'AJP_DEFAULT_PACKET', 'AJP_DEFAULT_MAX_DATA', 'RELOAD_CHECK_TIMEOUT'}
+            'AJP_DEFAULT_PACKET', 'AJP_DEFAULT_MAX_DATA', 'AJP_BODY_AHEAD', 'RELOAD_CHECK_TIMEOUT'}
 # The modes' own time bounds (shutdown, pool upkeep, accept back-off) and the pool's shape
 # bound no peer: they are documented in limits.py and docs/reliability.md, not in the caps
 # table.
