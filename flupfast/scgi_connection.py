@@ -61,9 +61,10 @@ class SCGIRequest:
         self.stdin = input
         self.stdout = output
         self.logger = conn.logger
-        prefix = self.status_prefix = conn.status_prefix(environ)
-        if prefix is not output.status_prefix:  # uwsgi: the stream starts an HTTP head
-            output.status_prefix = prefix
+        # The connection gave its stream the prefix (_serve); flup-style code may pass any
+        # file-like object (flup's StdoutWrapper) and gets the connection's.
+        self.status_prefix = getattr(output, 'status_prefix', None) \
+            or conn.status_prefix(environ)
 
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was
@@ -147,6 +148,9 @@ class SCGIConnection(LoggedConnection):
         environ, content_length, first = self._read_header()
         self._body, stdin = _impl.open_scgi_body(self, first, content_length)
         output = RawOutputStream(self)
+        prefix = self.status_prefix(environ)
+        if prefix is not CGI_STATUS_PREFIX:  # uwsgi: the stream starts an HTTP head
+            output.status_prefix = prefix
         req = self.server.requestClass(self, environ, stdin, output)
         if self._timeout:
             with request_deadline(self._timeout, self._timed_out):

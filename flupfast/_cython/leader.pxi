@@ -50,12 +50,24 @@ from libc.errno cimport ECONNABORTED
 from _socket import socket as _c_socket_base
 
 cdef object _c_socket_init = _c_socket_base.__init__
+# What socket.py's socket class holds besides _socket's state: its __init__ sets the last two
+# after _socket's own init (the same in CPython 3.6-3.13).
+_KNOWN_SOCKET_SLOTS = ["__weakref__", "_io_refs", "_closed"]
 
 
-cdef object _new_socket(cls, family, type_, proto, int fd):
-    """``cls(family, type_, proto, fileno=fd)`` without socket.py's Python ``__init__`` (a
-    frame and its keyword parsing per accepted connection): _socket's own init, then the two
-    attributes socket.py's sets (the same in CPython 3.6-3.13)."""
+cdef bint _can_build_socket(cls):
+    """Whether _new_socket may build ``cls`` itself: socket.py's class as this module knows it.
+    Anything else (a later CPython's, a replaced class) is built by calling it."""
+    return isinstance(cls, type) and issubclass(cls, _c_socket_base) \
+        and list(getattr(cls, "__slots__", ())) == _KNOWN_SOCKET_SLOTS
+
+
+cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
+    """``cls(family, type_, proto, fileno=fd)``; when ``direct``, without socket.py's Python
+    ``__init__`` (a frame and its keyword parsing per accepted connection): _socket's own
+    init, then the two attributes socket.py's sets."""
+    if not direct:
+        return cls(family, type_, proto, fileno=fd)
     sock = cls.__new__(cls)
     _c_socket_init(sock, family, type_, proto, fd)
     sock._io_refs = 0
@@ -84,6 +96,7 @@ cdef class Leader:
     cdef int _listen_fd
     cdef object _sock
     cdef object _socket_class
+    cdef bint _build_socket         # _new_socket builds it without socket.py's __init__
     cdef object _family, _type, _proto
     cdef bint _unix
     cdef Py_ssize_t _users
@@ -102,6 +115,7 @@ cdef class Leader:
         _threads_contend = True
         self._sock = listen_sock
         self._socket_class = socket.socket
+        self._build_socket = _can_build_socket(socket.socket)
         self._family = listen_sock.family
         self._type = listen_sock.type
         self._proto = listen_sock.proto
@@ -204,8 +218,8 @@ cdef class Leader:
             if fd < 0:
                 return None
             try:
-                client = _new_socket(self._socket_class, self._family, self._type,
-                                     self._proto, fd)
+                client = _new_socket(self._socket_class, self._build_socket, self._family,
+                                     self._type, self._proto, fd)
             except BaseException:
                 c_close(fd)
                 raise

@@ -59,8 +59,12 @@ def test_lead_accepts_a_blocking_close_on_exec_socket(backend, unix_listener):
             peer.sendall(b"x")
             assert client.recv(1) == b"x"
             # A whole socket.socket (the compiled twin builds it without socket.py's
-            # __init__): close() waits for a makefile() stream, then closes the fd.
-            assert type(client) is socket.socket
+            # __init__, knowing its slots): a stream closed first leaves the socket open;
+            # close() then waits for a second stream, and the stream's close closes the fd.
+            assert type(client) is socket.socket and client._closed is False
+            assert list(socket.socket.__slots__) == ["__weakref__", "_io_refs", "_closed"]
+            client.makefile("rb").close()
+            assert client.fileno() != -1
             stream = client.makefile("rb")
             client.close()
             assert client._closed and client.fileno() != -1  # the stream holds the fd
@@ -69,6 +73,31 @@ def test_lead_accepts_a_blocking_close_on_exec_socket(backend, unix_listener):
             stream.close()
             assert client.fileno() == -1
             assert "closed" in repr(client)
+        finally:
+            client.close()
+    finally:
+        peer.close()
+        leader.close()
+
+
+def test_lead_builds_a_replaced_socket_class_by_calling_it(backend, unix_listener,
+                                                           monkeypatch):
+    # A socket class the compiled twin does not know (other slots) is called, not built.
+    class Tagged(socket.socket):
+        __slots__ = ("tag",)
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tag = "called"
+
+    monkeypatch.setattr(socket, "socket", Tagged)
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    peer = _connect(address)
+    try:
+        client, _ = leader.lead()
+        try:
+            assert type(client) is Tagged and client.tag == "called"
         finally:
             client.close()
     finally:

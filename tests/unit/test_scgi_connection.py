@@ -494,3 +494,20 @@ def test_front_end_signatures_and_defaults():
     assert scgi_base.LoggerName == 'scgi-wsgi'
     with pytest.raises(TypeError):
         scgi.WSGIServer(hello, timeout=3)  # flup's thread pool rejects unknown keywords
+
+
+def test_a_flup_style_request_takes_any_file_like_output():
+    """flup's ``Request(conn, environ, input, output)`` with flup's own kind of output (a
+    file-like object, not flupfast's stream): built, and its 500 page written through it."""
+    a, b = socket.socketpair()
+    try:
+        server = scgi_base.BaseSCGIServer(hello)
+        conn = scgi_base.Connection(a, '', server)
+        out = io.BytesIO()
+        req = scgi_base.Request(conn, {'REQUEST_METHOD': 'GET'}, io.BytesIO(), out)
+        assert req.status_prefix == b'Status: '
+        server.error(req)
+        assert out.getvalue().startswith(b'Status: 500 ')
+    finally:
+        a.close()
+        b.close()
