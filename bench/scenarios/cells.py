@@ -176,14 +176,16 @@ def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=Non
             os.makedirs(own, exist_ok=True)
             cells.append(stack.enter_context(Cell(front, peer, peer.candidates[0], app, own,
                                                   client, uwsgi_binary)))
+        failed = [cell.error for cell in cells]  # a cell that did not start, or died
         for _ in range(rounds):
             for i, cell in enumerate(cells):
-                if cell.error:
-                    runs[i] = [{"error": cell.error}]
+                if failed[i]:
                     continue
                 runs[i].append(run_load(load, cell))
-    for row, got in zip(out, runs):
-        row["loads"][name] = median_run(got, key)
+                failed[i] = cell.died()
+    for row, got, error in zip(out, runs, failed):
+        # A server that died has no figure: its earlier rounds are not kept.
+        row["loads"][name] = {"error": error} if error else median_run(got, key)
     return out
 
 

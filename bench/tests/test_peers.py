@@ -392,10 +392,14 @@ def test_cli_rejects_unknown_parts_and_seeds():
 def test_interleaved_alternates_rounds_and_keeps_each_median(monkeypatch, tmp_path):
     order = []
 
+    workdirs = []
+
     class FakeCell:
         def __init__(self, front, peer, settings, app, workdir, client, uwsgi_binary):
-            self.port, self.error = peer.port, None
+            self.port, self.error = peer.port, peer.error
+            self.rounds = 0
             assert os.path.isdir(workdir)
+            workdirs.append(workdir)
 
         def __enter__(self):
             return self
@@ -404,23 +408,36 @@ def test_interleaved_alternates_rounds_and_keeps_each_median(monkeypatch, tmp_pa
             order.append("stop %d" % self.port)
 
         def died(self):
-            return None
+            return "exited with 1" if self.port == 3 and self.rounds >= 2 else None
 
     class Peer:
-        def __init__(self, port):
-            self.port, self.candidates = port, [{"processes": port}]
+        def __init__(self, port, error=None):
+            self.port, self.error, self.candidates = port, error, [{"processes": port}]
 
-    figures = {1: iter([10, 30, 20]), 2: iter([7, 5, 6])}
+    figures = {1: iter([10, 30, 20]), 2: iter([7, 5, 6]), 3: iter([1, 2, 3])}
+    started = {}
 
     def load(port):
         order.append(port)
+        started[port] = started.get(port, 0) + 1
         return {"rps": next(figures[port])}
 
-    monkeypatch.setattr(cells, "Cell", FakeCell)
+    class CountingCell(FakeCell):
+        def died(self):
+            self.rounds = started.get(self.port, 0)
+            return super().died()
+
+    monkeypatch.setattr(cells, "Cell", CountingCell)
     monkeypatch.setattr(cells, "settings_text", lambda s: str(s))
-    rows = cells.interleaved([("nginx", Peer(1)), ("nginx", Peer(2))], "app", str(tmp_path),
+    rows = cells.interleaved([("nginx", Peer(1)), ("nginx", Peer(2)), ("nginx", Peer(3)),
+                              ("nginx", Peer(4, "did not start"))], "app", str(tmp_path),
                              None, load, "echo71k", 3)
-    assert order == [1, 2, 1, 2, 1, 2, "stop 2", "stop 1"]   # both up for every round
-    assert [r["loads"]["echo71k"]["rps"] for r in rows] == [20, 6]
+    # All up for every round, each in its own directory; the one that died after its second
+    # round is loaded no more, the one that never started never.
+    assert order == [1, 2, 3, 1, 2, 3, 1, 2, "stop 4", "stop 3", "stop 2", "stop 1"]
+    assert len(set(workdirs)) == 4
+    assert [r["loads"]["echo71k"].get("rps") for r in rows] == [20, 6, None, None]
     assert rows[0]["loads"]["echo71k"]["rounds"] == [10, 30, 20]   # in the order run
     assert rows[1]["interleaved"] == 3 and rows[1]["best"] == {"processes": 2}
+    assert rows[2]["loads"]["echo71k"] == {"error": "exited with 1"}
+    assert rows[3]["loads"]["echo71k"] == {"error": "did not start"}
