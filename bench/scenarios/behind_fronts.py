@@ -14,7 +14,7 @@ port, over a Unix socket; flup and flupfast get ``fastcgi_keep_conn on`` with an
 ``keepalive 16`` pool; uWSGI closes the connection after each FastCGI request whatever the
 flag says, so it gets ``fastcgi_keep_conn off`` (and so does a second flupfast compiled
 column, to show what the kept connection is worth). AJP13 goes through the bench's Apache
-(bench/fronts/apache.py: event MPM, one child of 32 threads, ProxyIOBufferSize 65536, pooled
+(bench/fronts/apache.py: event MPM, one child of 128 threads, ProxyIOBufferSize 65536, pooled
 backend connections). The load is ``wrk`` (HTTP/1.1 keep-alive, 1 thread, 16 connections;
 ``ab -k`` when wrk is missing).
 
@@ -45,6 +45,7 @@ from bench.fronts import GROUP_LABEL, GROUPS
 from bench.fronts.apache import Apache
 from bench.fronts.nginx import Nginx
 from bench.procs import PSSSampler
+from bench.scenarios.cells import APACHE_THREADS
 from bench.scenarios.transfers import check_upload_answer
 from bench.servers import VARIANT_LABEL, VARIANTS
 from bench.servers.server import Server
@@ -408,8 +409,11 @@ def run_fronts(info, kinds, absent, client, workdir, cfg, results, only_groups=N
                 if not srv.start(client):
                     g.out["servers"][v]["error"] = "did not start: %s" % srv.error
                     log("    FAILED: %s" % srv.error)
+            # As many threads as the peers' Apache: with 32, flup's slow AJP13 rounds (40 ms a
+            # request) leave requests queued on its backend after wrk stops, and the next
+            # backend's round found every thread taken (MaxRequestWorkers: wrk read errors).
             apache = Apache(workdir, g.backends(), cfg.front_transfer_timeout + 30,
-                                      static_root=static_root)
+                            static_root=static_root, threads=APACHE_THREADS)
             log("  starting apache2 (mod_proxy_ajp)")
             try:
                 if not apache.start():
