@@ -160,22 +160,24 @@ def sweep(front, peer, app, workdir, client, loads, candidates, rounds, key="rps
             "loads": best["loads"], "tried": tried if len(tried) > 1 else []}
 
 
-def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=None, key="rps"):
-    """Each (front, peer) of ``rows`` at its first setting, all cells up at once, ``load``
+def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=None, key="rps",
+                all_settings=False):
+    """Each (front, peer) of ``rows`` at its first setting (``all_settings``: at every one of
+    its candidates, the best kept as ``sweep`` keeps it), all cells up at once, ``load``
     (fn(port) -> dict) run on each in turn ``rounds`` times: rounds alternate between the
-    servers, so a machine that slows for a while slows them alike (this machine's runs move
-    20% between minutes). -> one dict per row as ``sweep`` returns (the median by ``key``
-    under the load's ``name``)."""
-    out = [{"best": peer.candidates[0], "settings_text": settings_text(peer.candidates[0]),
-            "loads": {}, "tried": [], "interleaved": rounds} for _, peer in rows]
-    runs = [[] for _ in rows]
+    cells, so a machine that slows for a while slows them alike (this machine's runs move 20%
+    between minutes). -> one dict per row as ``sweep`` returns (the median by ``key`` under
+    the load's ``name``)."""
+    plan = [(r, front, peer, settings) for r, (front, peer) in enumerate(rows)
+            for settings in (peer.candidates if all_settings else peer.candidates[:1])]
+    runs = [[] for _ in plan]
     with contextlib.ExitStack() as stack:
         cells = []
-        for i, (front, peer) in enumerate(rows):
+        for i, (_, front, peer, settings) in enumerate(plan):
             own = os.path.join(workdir, "cell%d" % i)   # each its own front's config and socket
             os.makedirs(own, exist_ok=True)
-            cells.append(stack.enter_context(Cell(front, peer, peer.candidates[0], app, own,
-                                                  client, uwsgi_binary)))
+            cells.append(stack.enter_context(Cell(front, peer, settings, app, own, client,
+                                                  uwsgi_binary)))
         failed = [cell.error for cell in cells]  # a cell that did not start, or died
         for _ in range(rounds):
             for i, cell in enumerate(cells):
@@ -183,9 +185,17 @@ def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=Non
                     continue
                 runs[i].append(run_load(load, cell))
                 failed[i] = cell.died()
-    for row, got, error in zip(out, runs, failed):
+    out = []
+    for r, (_, peer) in enumerate(rows):
         # A server that died has no figure: its earlier rounds are not kept.
-        row["loads"][name] = {"error": error} if error else median_run(got, key)
+        tried = [{"settings": settings,
+                  "result": {"error": error} if error else median_run(got, key)}
+                 for (row, _, _, settings), got, error in zip(plan, runs, failed) if row == r]
+        best = best_setting(tried, key)
+        chosen = best or tried[0]
+        out.append({"best": chosen["settings"], "settings_text": settings_text(chosen["settings"]),
+                    "loads": {name: chosen["result"]}, "tried": tried if len(tried) > 1 else [],
+                    "interleaved": rounds})
     return out
 
 

@@ -98,13 +98,15 @@ def _row(front, peer_key, info):
 
 
 def run_interleaved(rows, app, load, name, info, workdir, client, cfg):
-    """The (front, peer) rows at their first settings, rounds alternating between them
-    (cells.interleaved); the result under the load's ``name`` -> list of row dicts."""
+    """The (front, peer) rows at their first settings (with ``--sweep``: at each of their
+    settings, each one's best kept), rounds alternating between them (cells.interleaved);
+    the result under the load's ``name`` -> list of row dicts."""
     heads = [_row(front, key, info) for front, key in rows
              if not cfg.peer_filter or key in cfg.peer_filter]
     runnable = [h for h in heads if "not_run" not in h]
     results = interleaved([(h["front"], PEERS[h["peer"]]) for h in runnable], app, workdir,
-                          client, load, name, cfg.peer_rounds, info.get("uwsgi_path"))
+                          client, load, name, cfg.peer_rounds, info.get("uwsgi_path"),
+                          all_settings=cfg.sweep)
     for head, res in zip(runnable, results):
         head.update(res)
     return heads

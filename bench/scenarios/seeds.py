@@ -55,13 +55,11 @@ def seed_001(info, workdir, client, cfg):
             "http://127.0.0.1:%d/echo" % port, max(100, cfg.seed_requests_c100), 100,
             body_file=body)
 
-    out = {"groups": [], "interleaved": 0 if cfg.sweep else cfg.peer_rounds}
+    # Both servers up (with --sweep: at every one of their settings), rounds alternating
+    out = {"groups": [], "interleaved": cfg.peer_rounds}
     for proto, ours, theirs in SEED_001_GROUPS:
-        pair = (("nginx", ours), ("nginx", theirs))
-        if cfg.sweep:
-            rows = run_rows(pair, APP, {"echo71k": echo}, info, workdir, client, cfg)
-        else:   # each server's first setting, both up, rounds alternating between them
-            rows = run_interleaved(pair, APP, echo, "echo71k", info, workdir, client, cfg)
+        rows = run_interleaved((("nginx", ours), ("nginx", theirs)), APP, echo, "echo71k",
+                               info, workdir, client, cfg)
         out["groups"].append({"protocol": proto, "rows": rows})
     return out
 

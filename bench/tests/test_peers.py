@@ -441,3 +441,39 @@ def test_interleaved_alternates_rounds_and_keeps_each_median(monkeypatch, tmp_pa
     assert rows[1]["interleaved"] == 3 and rows[1]["best"] == {"processes": 2}
     assert rows[2]["loads"]["echo71k"] == {"error": "exited with 1"}
     assert rows[3]["loads"]["echo71k"] == {"error": "did not start"}
+
+
+def test_interleaved_with_every_setting_keeps_each_servers_best(monkeypatch, tmp_path):
+    ran = []
+
+    class FakeCell:
+        def __init__(self, front, peer, settings, app, workdir, client, uwsgi_binary):
+            self.port, self.error = settings["p"], None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def died(self):
+            return None
+
+    class Peer:
+        def __init__(self, *ports):
+            self.candidates = [{"p": p} for p in ports]
+
+    rates = {1: 100, 2: 300, 3: 200, 4: 50}
+
+    def load(port):
+        ran.append(port)
+        return {"rps": rates[port]}
+
+    monkeypatch.setattr(cells, "Cell", FakeCell)
+    monkeypatch.setattr(cells, "settings_text", lambda s: str(s))
+    rows = cells.interleaved([("nginx", Peer(1, 2)), ("nginx", Peer(3, 4))], "app",
+                             str(tmp_path), None, load, "echo71k", 2, all_settings=True)
+    assert ran == [1, 2, 3, 4, 1, 2, 3, 4]   # every setting of both, round after round
+    assert [r["best"] for r in rows] == [{"p": 2}, {"p": 3}]
+    assert [r["loads"]["echo71k"]["rps"] for r in rows] == [300, 200]
+    assert [t["result"]["rps"] for t in rows[1]["tried"]] == [200, 50]
