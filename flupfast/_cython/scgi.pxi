@@ -25,6 +25,20 @@ cdef bint _all_digits(const unsigned char *p, Py_ssize_t n) noexcept:
     return True
 
 
+cdef object _content_length(str text, error):
+    """CONTENT_LENGTH's value, all ASCII digits (the caller checked), as the pure twin's
+    parse_content_length gives it: up to 18 digits counted here (below 2**63, no check
+    needed), longer ones (leading zeros, or too large: its error) through it."""
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(text)
+    cdef const unsigned char *p = PyUnicode_1BYTE_DATA(text)
+    cdef long long value = 0
+    if n > 18:
+        return _scgi_content_length(text, error)
+    for i in range(n):
+        value = value * 10 + (p[i] - 0x30)
+    return value
+
+
 cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pairs):
     # The pure twin's checks, in its order (see _decode_headers there).
     cdef const unsigned char *end = p + n
@@ -79,7 +93,7 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
     # may lack it: accepted, as flup does (compat/known_differences.py scgi-netstring-strict).
     if scgi is not None and scgi != '1':
         raise SCGIError('unsupported SCGI version %r' % scgi)
-    return environ, _scgi_content_length(length_text)
+    return environ, _content_length(length_text, SCGIError)
 
 
 def decode_request(data, max_header=MAX_SCGI_HEADER_BYTES, max_pairs=MAX_PARAMS_PAIRS):

@@ -50,7 +50,7 @@ cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pa
         return environ, 0
     if not _all_digits(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value)):
         raise UWSGIError('invalid CONTENT_LENGTH %r' % value)
-    return environ, _scgi_content_length(value, UWSGIError)
+    return environ, _content_length(value, UWSGIError)
 
 
 def decode_uwsgi_request(data, max_vars=MAX_UWSGI_VARS_BYTES, max_pairs=MAX_PARAMS_PAIRS):

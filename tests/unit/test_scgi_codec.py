@@ -201,6 +201,9 @@ def test_header_block_cap_at_the_cap_and_one_past(backend):
 @pytest.mark.parametrize('value, expected', [
     ('9223372036854775807', (1 << 63) - 1), ('0009223372036854775807', (1 << 63) - 1),
     ('9223372036854775808', None), ('10000000000000000000', None), ('0' * 30, 0),
+    # the compiled twin counts up to 18 digits itself: at and around that edge
+    ('0', 0), ('000012', 12), ('999999999999999999', 999999999999999999),
+    ('0999999999999999999', 999999999999999999), ('1000000000000000000', 10 ** 18),
 ])
 def test_content_length_at_its_cap_and_one_past(backend, value, expected):
     wire = netstring(block([('CONTENT_LENGTH', value), ('SCGI', '1')]))

@@ -234,6 +234,9 @@ def test_repeats_count_against_the_pair_cap(backend):
     ('9223372036854775807', (1 << 63) - 1), ('0009223372036854775807', (1 << 63) - 1),
     ('9223372036854775808', None), ('10000000000000000000', None), ('0' * 30, 0),
     ('9' * 4301, None),
+    # the compiled twin counts up to 18 digits itself: at and around that edge
+    ('0', 0), ('000012', 12), ('999999999999999999', 999999999999999999),
+    ('0999999999999999999', 999999999999999999), ('1000000000000000000', 10 ** 18),
 ])
 def test_content_length_at_its_cap_and_one_past(backend, value, expected):
     wire = packet(vars_block([('CONTENT_LENGTH', value)]))
