@@ -83,6 +83,8 @@ TWINS = (
     ("send_buffers", "send_buffers", "flupfast.output", "send_buffers"),
     ("recv_into", "recv_into", "flupfast.sockio", "recv_into"),
     ("close_socket", "close_socket", "flupfast.sockio", "close_socket"),
+    ("epoll_arm", "epoll_arm", "flupfast.sockio", "epoll_arm"),
+    ("epoll_ready_now", "epoll_ready_now", "flupfast.sockio", "epoll_ready_now"),
     ("serve_child", "serve_child", "flupfast.serving.prefork.child", "serve_child"),
     ("Leader", "Leader", "flupfast.serving.leader", "Leader"),
 )

@@ -1,6 +1,7 @@
 """Typed surface of the compiled twins (flupfast/_speedups.pyx); each name matches its pure twin
 as listed in flupfast._impl.TWINS, whose module documents the behaviour. A test checks this stub
 against the compiled module and that list."""
+import select
 import socket
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -73,6 +74,9 @@ def send_buffers(sock: socket.socket, buffers: List[Buffer]) -> None: ...
 def recv_into(sock: socket.socket, buf: Buffer, limit: int = ...) -> int: ...
 
 def close_socket(sock: socket.socket) -> None: ...
+
+def epoll_arm(epoll: select.epoll, fd: int, mask: int, again: bool) -> None: ...
+def epoll_ready_now(epoll: select.epoll) -> int: ...
 
 def serve_child(
     listen_sock: socket.socket,

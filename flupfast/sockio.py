@@ -4,7 +4,7 @@ without giving up the GIL when they need not wait (compat/known_differences.py h
 this: results, errors and timeouts are the same).
 """
 
-__all__ = ["recv_into", "close_socket"]
+__all__ = ["recv_into", "close_socket", "epoll_arm", "epoll_ready_now"]
 
 
 def recv_into(sock, buf, limit=0):
@@ -16,3 +16,25 @@ def recv_into(sock, buf, limit=0):
 def close_socket(sock):
     """``sock.close()``."""
     sock.close()
+
+
+def epoll_arm(epoll, fd, mask, again):
+    """Arm ``fd`` in the ``select.epoll`` set for ``mask``: ``again`` guesses that the set
+    still has it (re-arm a one-shot event), else that it is new. Whichever the guess, the other
+    call completes it, so the set's view and the caller's cannot disagree into an error."""
+    if again:
+        try:
+            epoll.modify(fd, mask)
+        except FileNotFoundError:
+            epoll.register(fd, mask)
+    else:
+        try:
+            epoll.register(fd, mask)
+        except FileExistsError:
+            epoll.modify(fd, mask)
+
+
+def epoll_ready_now(epoll):
+    """The fd of one event ready in the ``select.epoll`` set now, or -1: no wait."""
+    events = epoll.poll(0, 1)
+    return events[0][0] if events else -1

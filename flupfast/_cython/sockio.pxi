@@ -71,3 +71,47 @@ def close_socket(sock):
         # CPython's sock_close: ECONNRESET means the peer reset it; the fd is closed anyway.
         if err != ECONNRESET:
             PyErr_SetFromErrno(OSError)
+
+
+# The parked set's two epoll calls (serving/parking.py), also without giving up the GIL: with
+# 16 or more serving threads, Python's epoll.modify() and poll(0) each hand the GIL to a
+# waiting thread and put this one back in line (context switches and futex calls per request
+# on a kept connection, bench/profile-new-connection.md section 8), although neither waits:
+# epoll_ctl never blocks, and a zero timeout returns at once. (EPOLL_CTL_ADD, epoll_ctl and
+# epoll_wait come from prefork.pxi.)
+
+cdef extern from *:
+    """
+    #ifndef EPOLL_CTL_MOD
+    #define EPOLL_CTL_MOD 3
+    #endif
+    """
+    int EPOLL_CTL_MOD
+
+from libc.errno cimport ENOENT, EEXIST
+
+
+def epoll_arm(epoll, int fd, unsigned int mask, bint again):
+    """Arm ``fd`` in ``epoll`` for ``mask`` (see sockio.epoll_arm), keeping the GIL."""
+    cdef epoll_event ev
+    cdef int epfd = epoll.fileno()  # ValueError once closed, as Python's methods raise
+    ev.events = mask
+    ev.data.fd = fd
+    if epoll_ctl(epfd, EPOLL_CTL_MOD if again else EPOLL_CTL_ADD, fd, &ev) == 0:
+        return
+    # The guess was wrong (re-armed after the set forgot it, or added twice): the other call.
+    if (again and errno == ENOENT) or (not again and errno == EEXIST):
+        if epoll_ctl(epfd, EPOLL_CTL_ADD if again else EPOLL_CTL_MOD, fd, &ev) == 0:
+            return
+    PyErr_SetFromErrno(OSError)
+
+
+def epoll_ready_now(epoll):
+    """The fd of one event ready in ``epoll`` now, or -1 (see sockio.epoll_ready_now)."""
+    cdef epoll_event ev
+    cdef int n = epoll_wait(epoll.fileno(), &ev, 1, 0)
+    if n > 0:
+        return ev.data.fd
+    if n < 0 and errno != EINTR:
+        PyErr_SetFromErrno(OSError)
+    return -1

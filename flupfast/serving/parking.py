@@ -17,6 +17,8 @@ import os
 import select
 import threading
 
+from flupfast import _impl
+
 __all__ = ["LINGER", "PARKED_MASK", "SHORT_LINGER", "STALL_CHECK", "STALL_MAX", "ParkedSet", "supported"]
 
 logger = logging.getLogger("flupfast")
@@ -181,19 +183,9 @@ class ParkedSet:
 
     def _arm(self, fd, again):
         """Add ``fd`` to the set armed for one event, or re-arm it (one-shot: disarmed once
-        reported). Whichever the guess, the other call completes it, so the set's view and the
-        job's ``registered`` flag cannot disagree into an error."""
-        epoll = self._epoll
-        if again:
-            try:
-                epoll.modify(fd, PARKED_MASK)
-            except FileNotFoundError:
-                epoll.register(fd, PARKED_MASK)
-        else:
-            try:
-                epoll.register(fd, PARKED_MASK)
-            except FileExistsError:
-                epoll.modify(fd, PARKED_MASK)
+        reported): sockio.epoll_arm, whose compiled twin keeps the GIL (epoll_ctl never
+        waits; Python's modify() hands the GIL over, a context switch per park under load)."""
+        _impl.epoll_arm(self._epoll, fd, PARKED_MASK, again)
 
     def _own(self, tracked, token):
         if _claim(token):
@@ -217,23 +209,28 @@ class ParkedSet:
             if self._own(tracked, token):
                 return tracked
         try:
-            # A worker waits on the set itself a while; the last one running longer.
-            if self._running == 1:
-                events = self._epoll.poll(LINGER, 1)
-            elif self._lingering:
-                events = self._epoll.poll(0, 1)
-            else:
-                self._lingering = True  # racy by design: a hint, so that few wait at once
-                try:
-                    events = self._epoll.poll(SHORT_LINGER, 1)
-                finally:
-                    self._lingering = False
+            # One ready now? (The compiled twin asks without giving the GIL up.) Else a
+            # worker waits on the set itself a while; the last one running longer.
+            fd = _impl.epoll_ready_now(self._epoll)
+            if fd < 0:
+                if self._running == 1:
+                    events = self._epoll.poll(LINGER, 1)
+                elif self._lingering:
+                    return None
+                else:
+                    self._lingering = True  # racy by design: a hint, so few wait at once
+                    try:
+                        events = self._epoll.poll(SHORT_LINGER, 1)
+                    finally:
+                        self._lingering = False
+                if not events:
+                    return None
+                fd = events[0][0]
         except (OSError, ValueError):  # closed by a stop
             return None
-        if events:
-            tracked = self._parked.get(events[0][0])
-            if tracked is not None and self._own(tracked, tracked.park_token):
-                return tracked
+        tracked = self._parked.get(fd)
+        if tracked is not None and self._own(tracked, tracked.park_token):
+            return tracked
         return None
 
     def enter(self):

@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from flupfast import _impl
+from flupfast import _impl, sockio
 from flupfast.serving import parking
 from flupfast.serving.job import Job, wait
 from flupfast.serving.threaded import ThreadedMode
@@ -41,6 +41,8 @@ def served(backend, monkeypatch, tmp_path):
     monkeypatch.setattr(_impl, 'FastCGIParser', backend.FastCGIParser)
     monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
     monkeypatch.setattr(_impl, 'frame_stdout', backend.frame_stdout)
+    monkeypatch.setattr(_impl, 'epoll_arm', backend.epoll_arm)
+    monkeypatch.setattr(_impl, 'epoll_ready_now', backend.epoll_ready_now)
     SLOW.clear()
     server = fcgi_base.BaseFCGIServer(app)
     address = str(tmp_path / 'p.sock')
@@ -192,11 +194,14 @@ class _ArmHook:
         return getattr(self._epoll, name)
 
 
-def test_connection_parked_again_by_another_thread_inside_the_first_park():
-    """epoll_ctl releases the GIL: once a connection is armed, another worker may take it,
-    serve its next request and park it again before the parking thread has run another line.
-    The second park must re-arm, not register again: that failed with EEXIST and the
-    connection was closed under the web server (resets behind 16 kept connections)."""
+def test_connection_parked_again_by_another_thread_inside_the_first_park(monkeypatch):
+    """Python's epoll_ctl releases the GIL: once a connection is armed, another worker may
+    take it, serve its next request and park it again before the parking thread has run
+    another line. The second park must re-arm, not register again: that failed with EEXIST
+    and the connection was closed under the web server (resets behind 16 kept connections).
+    (The pure twin's arm, whose Python calls the hook can see; the compiled one keeps the GIL
+    and cannot be entered so.)"""
+    monkeypatch.setattr(parking._impl, 'epoll_arm', sockio.epoll_arm)
     ours, peer = socket.socketpair()
     epoll = select.epoll()
     parked = parking.ParkedSet(hand_off=lambda tracked: None)
@@ -345,3 +350,30 @@ def test_the_last_worker_leaving_wakes_a_waiting_waiter_and_only_then_notifies()
     parked.enter()
     parked.leave()  # the waiter is not waiting: nothing to notify
     assert notifies == []
+
+
+def test_epoll_arm_and_ready_now_twins_agree(backend):
+    """Arm (either guess), report once (one-shot), re-arm; ready_now never waits; a closed set
+    raises ValueError as Python's epoll methods do."""
+    ours, peer = socket.socketpair()
+    epoll = select.epoll()
+    try:
+        assert backend.epoll_ready_now(epoll) == -1
+        backend.epoll_arm(epoll, ours.fileno(), parking.PARKED_MASK, True)  # wrong guess: new
+        peer.send(b'x')
+        assert backend.epoll_ready_now(epoll) == ours.fileno()
+        assert backend.epoll_ready_now(epoll) == -1  # one-shot: reported once
+        backend.epoll_arm(epoll, ours.fileno(), parking.PARKED_MASK, False)  # wrong: re-arm
+        assert backend.epoll_ready_now(epoll) == ours.fileno()
+        backend.epoll_arm(epoll, ours.fileno(), parking.PARKED_MASK, True)
+        assert backend.epoll_ready_now(epoll) == ours.fileno()
+        with pytest.raises(OSError):
+            backend.epoll_arm(epoll, 10 ** 6, parking.PARKED_MASK, False)  # no such fd
+    finally:
+        epoll.close()
+        ours.close()
+        peer.close()
+    with pytest.raises(ValueError):
+        backend.epoll_ready_now(epoll)
+    with pytest.raises(ValueError):
+        backend.epoll_arm(epoll, 0, parking.PARKED_MASK, True)
