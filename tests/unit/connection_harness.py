@@ -113,3 +113,11 @@ def read_until_reset(sock):
             parts.append(data)
     except ConnectionResetError:
         return b''.join(parts), True
+
+
+def peer_closed(sock):
+    """True when the other end closed ``sock`` (EOF, or a reset), reading one byte at most."""
+    try:
+        return sock.recv(1) == b''
+    except ConnectionResetError:
+        return True

@@ -19,7 +19,7 @@ from flupfast.ajp_connection import MAX_BODY_REQUEST
 from flupfast.limits import AJP_BODY_AHEAD
 from tests.ajp_client import (Response, body_packet, forward_request, packet,
                               read_container_packets, request_bytes)
-from tests.unit.connection_harness import echo
+from tests.unit.connection_harness import echo, peer_closed
 from tests.unit.test_ajp_connection import Harness, use_backend  # noqa: F401 (fixture)
 
 BODY = bytes(range(256)) * 4096  # 1 MiB: many whole-packet asks fit in it
@@ -105,10 +105,7 @@ class ApacheLike:
                 return Response(packets)
 
     def closed(self):
-        try:
-            return self.sock.recv(1) == b''
-        except ConnectionResetError:
-            return True
+        return peer_closed(self.sock)
 
 
 def _connect(app, chunk=8186, **server):

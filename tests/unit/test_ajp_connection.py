@@ -14,7 +14,7 @@ from flupfast.server import ajp_base
 from tests.ajp_client import (CPING, Response, body_packet, forward_request, packet,
                               read_container_packets, request_bytes)
 from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo,
-                                          environ_app_showing, hello)
+                                          environ_app_showing, hello, peer_closed)
 
 
 use_backend = backend_fixture('AJPParser', 'decode_forward_request', 'decode_body_chunk',
@@ -55,10 +55,7 @@ class WebServer:
                     return Response(packets)
 
     def closed(self):
-        try:
-            return self.sock.recv(1) == b''
-        except ConnectionResetError:
-            return True
+        return peer_closed(self.sock)
 
 
 class Harness(ConnectionHarness):

@@ -18,6 +18,7 @@ from tests.conftest import install_backend
 from tests.ajp_client import request_bytes as ajp_request
 from tests.fcgi_client import read_response, request_bytes as fcgi_request
 from tests.unit import test_ajp_connection, test_fastcgi_connection, test_scgi_connection
+from tests.unit.connection_harness import peer_closed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,20 +58,13 @@ class Stopping:
         assert not self.thread.is_alive(), 'connection thread hung'
 
 
-def closed(sock):
-    try:
-        return sock.recv(1) == b''
-    except ConnectionResetError:
-        return True
-
-
 def test_fastcgi_kept_connection_ends_after_the_answer():
     run = Stopping(test_fastcgi_connection.Harness,
                    lambda sock, server: server._connectionClass(sock, None, server, None))
     sock = run.connect()
     sock.sendall(fcgi_request('/', keep_conn=True))
     assert read_response(sock).body == b'answered\n'
-    assert closed(sock)  # not waiting for a next request
+    assert peer_closed(sock)  # not waiting for a next request
     run.join()
 
 
@@ -80,7 +74,7 @@ def test_ajp_connection_ends_after_the_answer():
     web = test_ajp_connection.WebServer(run.connect(), 8186)
     response = web.exchange(ajp_request('GET', '/'))
     assert (response.status, response.body) == (200, b'answered\n')
-    assert closed(web.sock)
+    assert peer_closed(web.sock)
     run.join()
     assert run.served[0].served == 1
 
@@ -90,6 +84,6 @@ def test_scgi_connection_of_a_stopping_server_reads_nothing():
                    lambda sock, server: scgi_base.Connection(sock, '', server, None))
     run.mode.keep_going = False
     sock = run.connect()  # sends nothing: the server must not wait for it
-    assert closed(sock)
+    assert peer_closed(sock)
     run.join()
     assert run.served[0].served == 0
