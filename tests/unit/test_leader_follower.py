@@ -4,6 +4,7 @@ accepts serves, no connection of a burst is lost while every worker is busy, max
 honoured, the loop thread accepts only when no worker is free, a stop ends the followers.
 Concurrency is shown by events and counts, never by elapsed time.
 """
+import contextlib
 import os
 import socket
 import threading
@@ -37,6 +38,22 @@ def _connect(address, family=socket.AF_UNIX):
     return sock
 
 
+@contextlib.contextmanager
+def _led_once(leader, address, family=socket.AF_UNIX):
+    """A peer connects and ``leader`` leads once: (client, addr, peer); all closed after,
+    the leader too."""
+    peer = _connect(address, family)
+    try:
+        client, addr = leader.lead()
+        try:
+            yield client, addr, peer
+        finally:
+            client.close()
+    finally:
+        peer.close()
+        leader.close()
+
+
 def _lead_in_thread(leader, out):
     thread = threading.Thread(target=lambda: out.append(leader.lead()), daemon=True)
     thread.start()
@@ -47,37 +64,28 @@ def _lead_in_thread(leader, out):
 
 def test_lead_accepts_a_blocking_close_on_exec_socket(backend, unix_listener):
     listener, address = unix_listener
-    leader = backend.Leader(listener)
-    peer = _connect(address)
-    try:
-        client, addr = leader.lead()
-        try:
-            assert addr == ""  # what socket.accept() gives for an unnamed AF_UNIX peer
-            assert client.gettimeout() is None and client.getblocking()
-            assert not os.get_inheritable(client.fileno())
-            assert (client.family, client.type) == (listener.family, listener.type)
-            peer.sendall(b"x")
-            assert client.recv(1) == b"x"
-            # A whole socket.socket (the compiled twin builds it without socket.py's
-            # __init__, knowing its slots): a stream closed first leaves the socket open;
-            # close() then waits for a second stream, and the stream's close closes the fd.
-            assert type(client) is socket.socket and client._closed is False
-            assert list(socket.socket.__slots__) == ["__weakref__", "_io_refs", "_closed"]
-            client.makefile("rb").close()
-            assert client.fileno() != -1
-            stream = client.makefile("rb")
-            client.close()
-            assert client._closed and client.fileno() != -1  # the stream holds the fd
-            peer.sendall(b"y")
-            assert stream.read(1) == b"y"
-            stream.close()
-            assert client.fileno() == -1
-            assert "closed" in repr(client)
-        finally:
-            client.close()
-    finally:
-        peer.close()
-        leader.close()
+    with _led_once(backend.Leader(listener), address) as (client, addr, peer):
+        assert addr == ""  # what socket.accept() gives for an unnamed AF_UNIX peer
+        assert client.gettimeout() is None and client.getblocking()
+        assert not os.get_inheritable(client.fileno())
+        assert (client.family, client.type) == (listener.family, listener.type)
+        peer.sendall(b"x")
+        assert client.recv(1) == b"x"
+        # A whole socket.socket (the compiled twin builds it without socket.py's
+        # __init__, knowing its slots): a stream closed first leaves the socket open;
+        # close() then waits for a second stream, and the stream's close closes the fd.
+        assert type(client) is socket.socket and client._closed is False
+        assert list(socket.socket.__slots__) == ["__weakref__", "_io_refs", "_closed"]
+        client.makefile("rb").close()
+        assert client.fileno() != -1
+        stream = client.makefile("rb")
+        client.close()
+        assert client._closed and client.fileno() != -1  # the stream holds the fd
+        peer.sendall(b"y")
+        assert stream.read(1) == b"y"
+        stream.close()
+        assert client.fileno() == -1
+        assert "closed" in repr(client)
 
 
 def test_lead_builds_a_replaced_socket_class_by_calling_it(backend, unix_listener,
@@ -92,17 +100,8 @@ def test_lead_builds_a_replaced_socket_class_by_calling_it(backend, unix_listene
 
     monkeypatch.setattr(socket, "socket", Tagged)
     listener, address = unix_listener
-    leader = backend.Leader(listener)
-    peer = _connect(address)
-    try:
-        client, _ = leader.lead()
-        try:
-            assert type(client) is Tagged and client.tag == "called"
-        finally:
-            client.close()
-    finally:
-        peer.close()
-        leader.close()
+    with _led_once(backend.Leader(listener), address) as (client, _, _):
+        assert type(client) is Tagged and client.tag == "called"
 
 
 def test_lead_gives_a_tcp_peer_address_as_accept_does(backend):
@@ -110,15 +109,11 @@ def test_lead_gives_a_tcp_peer_address_as_accept_does(backend):
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     listener.setblocking(False)
-    leader = backend.Leader(listener)
-    peer = _connect(listener.getsockname(), socket.AF_INET)
     try:
-        client, addr = leader.lead()
-        assert addr == peer.getsockname() == client.getpeername()
-        client.close()
+        with _led_once(backend.Leader(listener), listener.getsockname(),
+                       socket.AF_INET) as (client, addr, peer):
+            assert addr == peer.getsockname() == client.getpeername()
     finally:
-        peer.close()
-        leader.close()
         listener.close()
 
 
