@@ -146,8 +146,9 @@ def sweep(front, peer, app, workdir, client, loads, candidates, rounds, key="rps
             for name, fn in loads.items():
                 runs = []
                 for _ in range(rounds):
-                    runs.append(run_load(fn, cell))
-                    if cell.died():
+                    res, gone = run_load(fn, cell)
+                    runs.append(res)
+                    if gone:
                         break
                 out[name] = median_run(runs, key)
             first = out[next(iter(loads))]
@@ -183,10 +184,10 @@ def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=Non
             for i, cell in enumerate(cells):
                 if failed[i]:
                     continue
-                runs[i].append(run_load(load, cell))
-                failed[i] = cell.died()
+                res, failed[i] = run_load(load, cell)
+                runs[i].append(res)
     out = []
-    for r, (_, peer) in enumerate(rows):
+    for r in range(len(rows)):
         # A server that died has no figure: its earlier rounds are not kept.
         tried = [{"settings": settings,
                   "result": {"error": error} if error else median_run(got, key)}
@@ -200,7 +201,8 @@ def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=Non
 
 
 def run_load(load, cell):
-    """``load`` on a cell, with the server's or front's death as the result's error."""
+    """``load`` on a cell -> (result, why the server or front is gone, or None); a death is
+    also the result's error."""
     res = load(cell.port)
     gone = cell.died()
-    return dict(res, error=gone) if gone else res
+    return (dict(res, error=gone) if gone else res), gone
