@@ -60,7 +60,7 @@ class NullResponder:
 
 
 def loop(n, app, access_log=None, status=None, proctitle=False):
-    from flupfast import gateway, ops
+    from flupfast import _impl, gateway, ops
     app = APPS[app]
     if access_log:
         ops.install(app, access_log=access_log)
@@ -80,10 +80,10 @@ def loop(n, app, access_log=None, status=None, proctitle=False):
         ops.become_worker(1)
     responder = NullResponder()
     for _ in range(n):
-        environ = gateway.build_environ(dict(PARAMS), None, None, sys.stderr, True, False,
+        environ = _impl.build_environ(dict(PARAMS), None, None, sys.stderr, True, False,
                                         False)
         gateway.sanitize_cgi_environ(environ, 'WSGIServer')
-        gateway.run_application(app, environ, responder)
+        _impl.run_application(app, environ, responder)
 
 
 def count(n, app, workdir, access_log=None, status=None, proctitle=False):

@@ -80,6 +80,7 @@ TWINS = (
     ("decode_body_chunk", "decode_body_chunk", "flupfast.protocols.ajp", "decode_body_chunk"),
     ("frame_body", "frame_body", "flupfast.protocols.ajp", "frame_body"),
     ("InputStream", "InputStream", "flupfast.body", "InputStream"),
+    ("PartsWriter", "PartsWriter", "flupfast.output", "PartsWriter"),
     ("send_buffers", "send_buffers", "flupfast.output", "send_buffers"),
     ("recv_into", "recv_into", "flupfast.sockio", "recv_into"),
     ("close_socket", "close_socket", "flupfast.sockio", "close_socket"),
@@ -87,6 +88,9 @@ TWINS = (
     ("epoll_ready_now", "epoll_ready_now", "flupfast.sockio", "epoll_ready_now"),
     ("serve_child", "serve_child", "flupfast.serving.prefork.child", "serve_child"),
     ("Leader", "Leader", "flupfast.serving.leader", "Leader"),
+    ("build_environ", "build_environ", "flupfast.gateway", "build_environ"),
+    ("Response", "Response", "flupfast.gateway", "Response"),
+    ("run_application", "run_application", "flupfast.gateway", "run_application"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which

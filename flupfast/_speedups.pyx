@@ -6,7 +6,7 @@
 
 Each public name here has a pure-Python twin with the same name, signature, results and errors
 (protocols/fastcgi.py, protocols/scgi.py, protocols/uwsgi.py, protocols/ajp.py, body.py,
-serving/prefork.py); only flupfast._impl picks between them, and tests run both.
+serving/prefork.py, gateway.py); only flupfast._impl picks between them, and tests run both.
 Errors and constants are imported from the pure modules, never redefined.
 """
 # cdivision: the only divisions are of non-negative sizes by positive ones.
@@ -47,3 +47,4 @@ include "_cython/prefork.pxi"
 include "_cython/leader.pxi"
 include "_cython/output.pxi"
 include "_cython/sockio.pxi"
+include "_cython/gateway.pxi"

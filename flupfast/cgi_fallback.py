@@ -6,10 +6,9 @@ import os
 import sys
 
 from flupfast import _impl
-from flupfast.output import PartsWriter
 
 
-class CGIOutput(PartsWriter):
+class CGIOutput(_impl.PartsWriter):
     """The CGI response's stdout: bytes to ``sys.stdout.buffer``, flushed per write (flup's
     ``fcgi_base.StdoutWrapper``)."""
 

@@ -4,7 +4,6 @@ the connection's ``_pull``). The connection builds them (fastcgi_connection.py);
 refers to a request or a socket.
 """
 from flupfast import _impl
-from flupfast.output import PartsWriter
 from flupfast.protocols import fastcgi as fcgi
 
 
@@ -26,7 +25,7 @@ class RequestIO:
         self.ended = {fcgi.FCGI_STDIN: False, fcgi.FCGI_DATA: False}
 
 
-class StdoutStream(PartsWriter):
+class StdoutStream(_impl.PartsWriter):
     """FCGI_STDOUT of one request (flup's ``OutputStream``): ``write`` frames bytes as records
     and sends them; ``close`` ends the stream with an empty record if anything was written.
     """

@@ -14,14 +14,14 @@ from flupfast.body import ClientDisconnected
 from flupfast.connection import LoggedConnection
 from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
-from flupfast.output import CGI_STATUS_PREFIX, PartsWriter, is_regular_file, overloaded_response
+from flupfast.output import CGI_STATUS_PREFIX, is_regular_file, overloaded_response
 from flupfast.protocols.errors import SCGIError
 from flupfast.serving.job import WAIT
 
 LoggerName = 'scgi-wsgi'
 
 
-class RawOutputStream(PartsWriter):
+class RawOutputStream(_impl.PartsWriter):
     """A response written straight onto the connection's socket (SCGI; flup's
     ``StdoutWrapper`` over ``sock.makefile('wb')``): no framing, held parts coalesced into one
     send, and regular files handed to the kernel with ``sendfile``.

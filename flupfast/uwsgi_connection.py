@@ -36,16 +36,23 @@ def url_scheme(environ):
     """wsgi.url_scheme of a uwsgi request: ``UWSGI_SCHEME`` (uWSGI's own override) if set,
     else HTTPS ``on``/``1`` (any case, as uWSGI reads it) gives https, else
     ``REQUEST_SCHEME`` (uwsgi_params' ``$scheme``); only ``http`` and ``https`` are taken."""
-    for name in ('UWSGI_SCHEME', 'HTTPS', 'REQUEST_SCHEME'):
-        value = environ.get(name)
-        if not value:
-            continue
+    value = environ.get('UWSGI_SCHEME')
+    if value:
         value = value.lower()
-        if name == 'HTTPS':
-            return 'https' if value in ('on', '1') else 'http'
-        if value in ('http', 'https'):
+        if value in _SCHEMES:
+            return value
+    value = environ.get('HTTPS')
+    if value:
+        return 'https' if value.lower() in ('on', '1') else 'http'
+    value = environ.get('REQUEST_SCHEME')
+    if value:
+        value = value.lower()
+        if value in _SCHEMES:
             return value
     return 'http'
+
+
+_SCHEMES = frozenset(('http', 'https'))
 
 
 class UWSGIConnection(SCGIConnection):

@@ -78,6 +78,10 @@ cdef extern from *:
     #else
     #define flupfast_dict_presized(n) ((n) <= 8 ? PyDict_New() : _PyDict_NewPresized(n))
     #endif
+    /* The environ a codec builds gets the gateway's keys next (wsgi.version, input, errors,
+       multithread, multiprocess, run_once, url_scheme, file_wrapper; PATH_INFO,
+       QUERY_STRING...): room for them, so that those inserts do not resize it again. */
+    #define FLUPFAST_GATEWAY_KEYS 12
 
     /* The name cache's slot for p[:n] (1 <= n): a hash of the length and the first and last
        words, in constant time; its quality only affects the hit rate. */
@@ -102,6 +106,7 @@ cdef extern from *:
     }
     """
     dict flupfast_dict_presized(Py_ssize_t n)
+    Py_ssize_t FLUPFAST_GATEWAY_KEYS
     size_t flupfast_name_slot(const unsigned char *p, Py_ssize_t n, size_t mask) noexcept nogil
 
 cdef enum:

@@ -1,4 +1,10 @@
-# The compiled twin of flupfast/output.py's send_buffers: the same contract (every buffer sent
+# The compiled twins of flupfast/output.py's PartsWriter and send_buffers.
+#
+# PartsWriter: the response streams' base, whose send_head builds the CGI-style head (or
+# uwsgi's HTTP head) and the small first body chunk behind it in one allocation; the format
+# is output.build_cgi_head's, which it calls for any part that is not bytes.
+#
+# send_buffers: the same contract (every buffer sent
 # in order, partial sends resumed by memoryview slicing, never by copying), plus one first
 # sendmsg(MSG_DONTWAIT) made while holding the GIL. A small response fits the socket buffer
 # and leaves in that one call, so the thread keeps the GIL: Python's sock.sendmsg releases
@@ -100,3 +106,101 @@ def send_buffers(sock, list buffers):
             if sent:
                 buffers[index] = memoryview(buf)[sent:]
             break
+
+
+from flupfast import output as _output
+from flupfast.output import CGI_STATUS_PREFIX
+
+cdef object _build_cgi_head = _output.build_cgi_head
+cdef Py_ssize_t _JOIN_HEAD_LIMIT = _output.JOIN_HEAD_LIMIT
+
+
+cdef inline char *_put(char *out, bytes part) noexcept:
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(part)
+    memcpy(out, PyBytes_AS_STRING(part), n)
+    return out + n
+
+
+cdef inline object _header_at(headers, bint is_list, Py_ssize_t i):
+    return (<list>headers)[i] if is_list else (<tuple>headers)[i]
+
+
+cdef object _head_with(prefix, status, headers, data):
+    """``build_cgi_head(status, headers, prefix) + data`` in one allocation, or None when a
+    part is not bytes or a header not a (name, value) tuple (the caller then builds it the
+    pure way)."""
+    cdef Py_ssize_t size, i, count
+    cdef bint is_list = type(headers) is list
+    cdef tuple pair
+    cdef bytes result
+    cdef char *out
+    if type(prefix) is not bytes or type(status) is not bytes or type(data) is not bytes:
+        return None
+    if not is_list and type(headers) is not tuple:
+        return None
+    count = len(headers)
+    size = PyBytes_GET_SIZE(prefix) + PyBytes_GET_SIZE(status) + 4 + PyBytes_GET_SIZE(data)
+    for i in range(count):
+        item = _header_at(headers, is_list, i)
+        if type(item) is not tuple or len(<tuple>item) != 2:
+            return None
+        pair = <tuple>item
+        if type(pair[0]) is not bytes or type(pair[1]) is not bytes:
+            return None
+        size += PyBytes_GET_SIZE(pair[0]) + PyBytes_GET_SIZE(pair[1]) + 4
+    result = PyBytes_FromStringAndSize(NULL, size)
+    out = PyBytes_AS_STRING(result)
+    out = _put(out, prefix)
+    out = _put(out, status)
+    memcpy(out, b'\r\n', 2)
+    out += 2
+    for i in range(count):  # no Python code ran since the sizes: the same pairs
+        pair = <tuple>_header_at(headers, is_list, i)
+        out = _put(out, pair[0])
+        memcpy(out, b': ', 2)
+        out += 2
+        out = _put(out, pair[1])
+        memcpy(out, b'\r\n', 2)
+        out += 2
+    memcpy(out, b'\r\n', 2)
+    out += 2
+    _put(out, data)
+    return result
+
+
+cdef class PartsWriter:
+    """The response streams' base over their ``write_parts(parts, hold=False)`` (see the pure
+    twin): the file-like ``write``/``writelines`` and the gateway's responder."""
+
+    STR_ENCODING = 'latin-1'
+    status_prefix = CGI_STATUS_PREFIX
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode(self.STR_ENCODING)
+        self.write_parts((data,))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def send_head(self, status, headers, data, more):
+        prefix = self.status_prefix
+        if len(data) <= _JOIN_HEAD_LIMIT:
+            # One part, so one record: joining a small body costs less than framing it apart.
+            joined = _head_with(prefix, status, headers, data)
+            if joined is None:
+                joined = _build_cgi_head(status, headers, prefix) + data
+            self.write_parts((joined,), more)
+        else:
+            head = _head_with(prefix, status, headers, b'')
+            if head is None:
+                head = _build_cgi_head(status, headers, prefix)
+            self.write_parts((head, data), more)
+
+    def send_body(self, data, more):
+        self.write_parts((data,), more)
+
+    def can_send_file(self, filelike):
+        """True when ``send_file`` can hand ``filelike`` to the kernel (SCGI's raw socket)."""
+        return False

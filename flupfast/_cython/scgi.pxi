@@ -60,7 +60,7 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
         raise SCGIError('header block has a name without a value')
     if fields > 2 * max_pairs:
         raise SCGIError('more than %d headers' % max_pairs)
-    environ = flupfast_dict_presized(fields // 2)
+    environ = flupfast_dict_presized(fields // 2 + FLUPFAST_GATEWAY_KEYS)
     name = p
     while name < end:
         nul = <const unsigned char *>memchr(name, 0, end - name)

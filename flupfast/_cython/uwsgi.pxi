@@ -11,12 +11,27 @@ cdef inline Py_ssize_t _le16(const unsigned char *p) noexcept:
     return p[0] | (<Py_ssize_t>p[1] << 8)
 
 
+cdef Py_ssize_t _count_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t most) noexcept:
+    """The pairs the vars block holds (at most ``most``), for the environ's size; a block that
+    ends inside a pair counts it (the decoding pass reports it)."""
+    cdef Py_ssize_t pos = 0, pairs = 0
+    while pos + 2 <= end and pairs < most:
+        pos += 2 + _le16(p + pos)
+        if pos + 2 > end:
+            return pairs + 1
+        pos += 2 + _le16(p + pos)
+        pairs += 1
+    return pairs
+
+
 cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs):
     # The pure twin's checks, in its order (see _decode_vars there).
     cdef Py_ssize_t pos = 0, size, pairs = 0
-    cdef dict environ = {}
+    cdef dict environ = flupfast_dict_presized(_count_vars(p, end, max_pairs)
+                                               + FLUPFAST_GATEWAY_KEYS)
     cdef str name, value
     cdef object previous
+    cdef bint content_length
     while pos < end:
         if pairs == max_pairs:
             raise UWSGIError('more than %d vars' % max_pairs)
@@ -28,6 +43,7 @@ cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pa
             raise UWSGIError('empty var name')
         if end - pos < size:
             raise UWSGIError('key of %d bytes runs past the vars block' % size)
+        content_length = size == 14 and memcmp(p + pos, b'CONTENT_LENGTH', 14) == 0
         name = _decode_name(p + pos, size)
         pos += size
         if end - pos < 2:
@@ -39,7 +55,7 @@ cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pa
         value = _decode_value(p + pos, size)
         pos += size
         # The last value wins, as in the pure twin; a repeated CONTENT_LENGTH must agree.
-        if name == 'CONTENT_LENGTH':
+        if content_length:
             previous = environ.get(name, value)
             if value != previous:
                 raise UWSGIError('conflicting CONTENT_LENGTH %r after %r' % (value, previous))

@@ -8,7 +8,7 @@ import logging
 import sys
 import threading
 
-from flupfast import gateway
+from flupfast import _impl, gateway
 from flupfast.serving import handover
 from flupfast.serving.listen import AllowList, bind_listen_socket, warn_if_exposed
 
@@ -153,8 +153,8 @@ class SCGIAJPServerBase(object):
     def _environ_for(self, environ, stdin):
         """flup's ``handler`` preamble: the request's variables plus ``environ=`` and wsgi.*
         (``wsgi.errors`` is the process's stderr, as flup's)."""
-        gateway.build_environ(environ, self.environ, stdin, sys.stderr,
-                              multithread=self.multithreaded, multiprocess=self.multiprocess,
-                              run_once=False)
+        _impl.build_environ(environ, self.environ, stdin, sys.stderr,
+                            multithread=self.multithreaded, multiprocess=self.multiprocess,
+                            run_once=False)
         environ['wsgi.file_wrapper'] = gateway.FileWrapper
         return environ

@@ -180,8 +180,8 @@ bindAddress is the address to bind to: a 2-tuple (host, port) is IPv4, a 4-tuple
         application's response."""
         environ = self._environ_for(request.environ, request.input)
         self._sanitizeEnv(environ)
-        gateway.run_application(self.application, environ, _ajp.AJPResponder(request),
-                                None if self.multithreaded else self._appLock)
+        _impl.run_application(self.application, environ, _ajp.AJPResponder(request),
+                              None if self.multithreaded else self._appLock)
 
     def _sanitizeEnv(self, environ):
         """Fill-in/deduce missing values in environ (flup ajp_base.py:950-969): SCRIPT_NAME

@@ -440,14 +440,14 @@ class BaseFCGIServer(object):
             stderr = req.stderr
         else:
             stderr = TeeOutputStream((sys.stderr, req.stderr))
-        environ = gateway.build_environ(
+        environ = _impl.build_environ(
             req.params, self.environ, req.stdin, stderr,
             multithread=not is_cgi and self.multithreaded,
             multiprocess=is_cgi or self.multiprocess,
             run_once=is_cgi)
         self._sanitizeEnv(environ)
-        gateway.run_application(self.application, environ, req.stdout,
-                                None if self.multithreaded else self._appLock)
+        _impl.run_application(self.application, environ, req.stdout,
+                              None if self.multithreaded else self._appLock)
         return FCGI_REQUEST_COMPLETE, 0
 
     def _sanitizeEnv(self, environ):

@@ -8,6 +8,7 @@ import select
 import sys
 import warnings
 
+from flupfast import _impl
 from flupfast import deadline as _deadline
 from flupfast import gateway
 from flupfast import scgi_connection as _scgi
@@ -131,8 +132,8 @@ to a Unix socket, umask may be set to the umask in force while the socket is cre
         application's response."""
         environ = self._environ_for(request.environ, request.stdin)
         self._sanitizeEnv(environ)
-        gateway.run_application(self.application, environ, request.stdout,
-                                None if self.multithreaded else self._appLock)
+        _impl.run_application(self.application, environ, request.stdout,
+                              None if self.multithreaded else self._appLock)
 
     def _sanitizeEnv(self, environ):
         """Fill-in/deduce missing values in environ (flup scgi_base.py:500-552).

@@ -58,13 +58,13 @@ class WriteSpy:
         monkeypatch.setattr(os, 'write', write)
 
 
-def test_many_requests_make_few_writes(tmp_path, monkeypatch):
+def test_many_requests_make_few_writes(tmp_path, monkeypatch, backend):
     path = tmp_path / 'a.log'
     log = AccessLog(str(path), flush_delay=NEVER)
     spy = WriteSpy(monkeypatch, log)
     requests = 2000
     for _ in range(requests):
-        run(hello, log)
+        run(backend, hello, log)
     assert len(spy.sizes) < requests // 50  # 32 KiB batches of ~80-byte lines
     assert all(size <= log.buffer_size + 200 for size in spy.sizes)
     log.close()

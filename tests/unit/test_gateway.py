@@ -55,13 +55,13 @@ class Recorder:
         self.calls.append(('body', bytes(data), more))
 
 
-def run(app):
+def run(backend, app):
     recorder = Recorder()
-    gateway.run_application(app, {}, recorder)
+    backend.run_application(app, {}, recorder)
     return recorder.calls
 
 
-def test_content_length_only_for_one_item_results():
+def test_content_length_only_for_one_item_results(backend):
     def one(environ, start_response):
         start_response('200 OK', [])
         return [b'abc']
@@ -69,11 +69,11 @@ def test_content_length_only_for_one_item_results():
     def gen(environ, start_response):
         start_response('200 OK', [])
         yield b'abc'
-    assert run(one) == [('head', b'200 OK', [(b'Content-Length', b'3')], b'abc', True)]
-    assert run(gen) == [('head', b'200 OK', [], b'abc', False)]
+    assert run(backend, one) == [('head', b'200 OK', [(b'Content-Length', b'3')], b'abc', True)]
+    assert run(backend, gen) == [('head', b'200 OK', [], b'abc', False)]
 
 
-def test_content_length_is_not_computed_for_a_list_of_two_items():
+def test_content_length_is_not_computed_for_a_list_of_two_items(backend):
     # flup adds Content-Length only when len(result) == 1 (fcgi_base.py:1121): a length from
     # the first item alone would announce 3 bytes of a 6-byte body (truncated behind nginx).
     def two(environ, start_response):
@@ -84,29 +84,29 @@ def test_content_length_is_not_computed_for_a_list_of_two_items():
         start_response('200 OK', [])
         return (b'abc', b'def')
     for app in (two, two_tuple):
-        assert run(app) == [('head', b'200 OK', [], b'abc', True), ('body', b'def', True)]
+        assert run(backend, app) == [('head', b'200 OK', [], b'abc', True), ('body', b'def', True)]
 
 
 @pytest.mark.parametrize('name', ['content-length', 'Content-Length', 'CONTENT-LENGTH'])
-def test_apps_content_length_in_any_case_is_kept_and_not_added_twice(name):
+def test_apps_content_length_in_any_case_is_kept_and_not_added_twice(name, backend):
     def app(environ, start_response):
         start_response('200 OK', [(name, '3')])
         return [b'abc']
-    assert run(app) == [('head', b'200 OK', [(name.encode(), b'3')], b'abc', True)]
+    assert run(backend, app) == [('head', b'200 OK', [(name.encode(), b'3')], b'abc', True)]
 
 
 @pytest.mark.parametrize('https, scheme', [
     ('on', 'https'), ('1', 'https'), ('off', 'http'), ('ON', 'http'), ('0', 'http'),
     ('', 'http'), (None, 'http'),
 ])
-def test_url_scheme_follows_https_as_flup_compares_it(https, scheme):
+def test_url_scheme_follows_https_as_flup_compares_it(https, scheme, backend):
     # flup: environ.get('HTTPS', 'off') in ('on', '1') (fcgi_base.py:1107), case-sensitive.
     environ = {} if https is None else {'HTTPS': https}
-    gateway.build_environ(environ, None, None, None, True, False, False)
+    backend.build_environ(environ, None, None, None, True, False, False)
     assert environ['wsgi.url_scheme'] == scheme
 
 
-def test_exc_info_before_any_output_replaces_the_status_and_headers():
+def test_exc_info_before_any_output_replaces_the_status_and_headers(backend):
     # PEP 3333: start_response may be called again with exc_info while nothing was sent
     # (the app caught an error after its first start_response): no "Headers already set!".
     def app(environ, start_response):
@@ -116,20 +116,20 @@ def test_exc_info_before_any_output_replaces_the_status_and_headers():
         except ValueError:
             start_response('500 Oops', [('X-Second', 'yes')], sys.exc_info())
         return [b'sorry']
-    assert run(app) == [('head', b'500 Oops', [(b'X-Second', b'yes'), (b'Content-Length', b'5')],
+    assert run(backend, app) == [('head', b'500 Oops', [(b'X-Second', b'yes'), (b'Content-Length', b'5')],
                          b'sorry', True)]
 
 
-def test_second_start_response_without_exc_info_is_refused():
+def test_second_start_response_without_exc_info_is_refused(backend):
     def app(environ, start_response):
         start_response('200 OK', [])
         start_response('500 Oops', [])
         return []
     with pytest.raises(AssertionError, match='Headers already set!'):
-        run(app)
+        run(backend, app)
 
 
-def test_exc_info_after_headers_reraises_original():
+def test_exc_info_after_headers_reraises_original(backend):
     class Boom(Exception):
         pass
 
@@ -141,22 +141,22 @@ def test_exc_info_after_headers_reraises_original():
         except Boom as exc:
             start_response('500 Oops', [], (Boom, exc, exc.__traceback__))
     with pytest.raises(Boom, match='late'):
-        run(app)
+        run(backend, app)
 
 
 @pytest.mark.parametrize('status, headers, message', [
     ('200', [], 'at least 4'), ('abc OK', [], '3-digit'), ('200OK', [], 'space after'),
     ('200 OK', (), 'must be a list'), ('200 OK', [('X', 1)], 'Value of header'),
 ])
-def test_start_response_checks_raise_even_under_O(status, headers, message):
+def test_start_response_checks_raise_even_under_O(status, headers, message, backend):
     def app(environ, start_response):
         start_response(status, headers)
         return []
     with pytest.raises(AssertionError, match=message):
-        run(app)
+        run(backend, app)
 
 
-def test_peer_gone_is_quiet_and_close_is_called():
+def test_peer_gone_is_quiet_and_close_is_called(backend):
     closed = []
 
     class Result(list):
@@ -170,7 +170,7 @@ def test_peer_gone_is_quiet_and_close_is_called():
     def app(environ, start_response):
         start_response('200 OK', [])
         return Result([b'a'])
-    assert gateway.run_application(app, {}, GoneResponder()) is False
+    assert backend.run_application(app, {}, GoneResponder()) is False
     assert closed == [True]
 
 
@@ -245,10 +245,15 @@ def test_derive_path_info_decodes_as_latin1():
 
 
 @pytest.fixture
-def no_status_cache(monkeypatch):
-    """Statuses already seen skip their checks: start each test with none seen."""
-    monkeypatch.setattr(gateway, '_checked_statuses', {})
-    return gateway._checked_statuses
+def no_status_cache():
+    """Statuses already seen skip their checks: start each test with none seen. Emptied in
+    place, not replaced: the compiled Response holds the module's dict."""
+    cache = gateway._checked_statuses
+    saved = dict(cache)
+    cache.clear()
+    yield cache
+    cache.clear()
+    cache.update(saved)
 
 
 @pytest.mark.parametrize('status, message', [
@@ -272,7 +277,7 @@ def test_valid_statuses_come_back_as_latin1_bytes(no_status_cache, status, expec
     assert gateway._check_status(status) == expected
 
 
-def test_str_statuses_are_cached_and_the_cache_is_bounded(no_status_cache):
+def test_str_statuses_are_cached_and_the_cache_is_bounded(no_status_cache, backend):
     gateway._check_status('299 Cached')
     gateway._check_status(b'298 Bytes')
     assert no_status_cache == {'299 Cached': b'299 Cached'}
@@ -285,30 +290,30 @@ def test_str_statuses_are_cached_and_the_cache_is_bounded(no_status_cache):
     def app(environ, start_response):
         start_response('299 Cached', [])
         return [b'']
-    assert run(app)[0][1] == b'299 From the cache'
+    assert run(backend, app)[0][1] == b'299 From the cache'
 
 
-def test_write_sends_at_once_and_accepts_str_as_latin1():
+def test_write_sends_at_once_and_accepts_str_as_latin1(backend):
     def app(environ, start_response):
         write = start_response('200 OK', [('X-A', '\xe9')])
         write(b'a')
         write('\xe9')
         return []
-    assert run(app) == [('head', b'200 OK', [(b'X-A', b'\xe9')], b'a', False),
+    assert run(backend, app) == [('head', b'200 OK', [(b'X-A', b'\xe9')], b'a', False),
                         ('body', b'\xe9', False)]
 
 
 @pytest.mark.parametrize('data', [bytearray(b'x'), memoryview(b'x'), 1])
-def test_write_refuses_what_is_not_bytes_or_str(data):
+def test_write_refuses_what_is_not_bytes_or_str(data, backend):
     def app(environ, start_response):
         start_response('200 OK', [])(data)
         return []
     with pytest.raises(AssertionError, match='^write\\(\\) argument must be bytes$'):
-        run(app)
+        run(backend, app)
 
 
-def test_write_before_start_response_is_refused():
-    response = gateway.Response(Recorder())
+def test_write_before_start_response_is_refused(backend):
+    response = backend.Response(Recorder())
     with pytest.raises(AssertionError, match=r'^write\(\) before start_response\(\)$'):
         response.write(b'x')
     with pytest.raises(AssertionError, match=r'^write\(\) before start_response\(\)$'):
@@ -327,10 +332,10 @@ class FileResponder(Recorder):
         self.calls.append(('file', filelike.read()))
 
 
-def test_send_file_sends_the_headers_once_then_the_file():
+def test_send_file_sends_the_headers_once_then_the_file(backend):
     import io
     responder = FileResponder()
-    response = gateway.Response(responder)
+    response = backend.Response(responder)
     response.start_response('200 OK', [('A', 'b')])
     assert response.send_file(io.BytesIO(b'one')) is True
     assert response.headers_sent is True
@@ -339,10 +344,10 @@ def test_send_file_sends_the_headers_once_then_the_file():
                                ('file', b'one'), ('file', b'two')]
 
 
-def test_send_file_declined_sends_nothing():
+def test_send_file_declined_sends_nothing(backend):
     import io
     responder = FileResponder(accept=False)
-    response = gateway.Response(responder)
+    response = backend.Response(responder)
     response.start_response('200 OK', [])
     assert response.send_file(io.BytesIO(b'one')) is False
     assert responder.calls == [] and response.headers_sent is False
@@ -371,14 +376,14 @@ def test_file_wrapper_reads_in_its_block_size_and_closes_the_file():
     assert not hasattr(gateway.FileWrapper(NoClose()), 'close')
 
 
-def test_file_wrapper_result_goes_through_send_file():
+def test_file_wrapper_result_goes_through_send_file(backend):
     import io
     responder = FileResponder()
 
     def app(environ, start_response):
         start_response('200 OK', [])
         return gateway.FileWrapper(io.BytesIO(b'payload'))
-    assert gateway.run_application(app, {}, responder) is True
+    assert backend.run_application(app, {}, responder) is True
     assert responder.calls == [('head', b'200 OK', [], b'', False), ('file', b'payload')]
 
 
@@ -424,17 +429,18 @@ def test_debug_page_shows_each_frame_its_source_and_its_locals():
                          % html.escape(''.join(traceback.format_exception(*info))))
 
 
-def test_build_environ_sets_every_wsgi_key_and_overrides_win():
+def test_build_environ_sets_every_wsgi_key_and_overrides_win(backend):
     stdin, stderr = object(), object()
     environ = {'HTTPS': 'on', 'A': 'request'}
-    gateway.build_environ(environ, {'A': 'override', 'B': 'added'}, stdin, stderr,
-                          True, False, True)
+    assert backend.build_environ(environ, {'A': 'override', 'B': 'added'}, stdin, stderr,
+                                 True, False, True) is environ
     assert environ == {'HTTPS': 'on', 'A': 'override', 'B': 'added', 'wsgi.version': (1, 0),
                        'wsgi.input': stdin, 'wsgi.errors': stderr, 'wsgi.multithread': True,
                        'wsgi.multiprocess': False, 'wsgi.run_once': True,
                        'wsgi.url_scheme': 'https'}
     environ = {}
-    gateway.build_environ(environ, None, stdin, stderr, False, True, False)
+    backend.build_environ(environ, None, stdin, stderr, multithread=False, multiprocess=True,
+                          run_once=False)
     assert (environ['wsgi.multithread'], environ['wsgi.multiprocess'],
             environ['wsgi.run_once'], environ['wsgi.url_scheme']) == (False, True, False, 'http')
 
@@ -445,7 +451,7 @@ def test_request_uri_splits_at_its_first_question_mark():
     assert gateway.split_request_uri({}) is None
 
 
-def test_exc_info_reraise_keeps_the_original_traceback():
+def test_exc_info_reraise_keeps_the_original_traceback(backend):
     import traceback
 
     def raiser():
@@ -459,16 +465,16 @@ def test_exc_info_reraise_keeps_the_original_traceback():
         except LookupError:
             start_response('500 Oops', [], sys.exc_info())
     with pytest.raises(LookupError) as info:
-        run(app)
+        run(backend, app)
     assert 'raiser' in [frame.f_code.co_name for frame, _ in traceback.walk_tb(info.tb)]
 
 
-def test_second_start_response_message_is_flups():
+def test_second_start_response_message_is_flups(backend):
     def app(environ, start_response):
         start_response('200 OK', [])
         start_response('200 OK', [])
     with pytest.raises(AssertionError) as info:
-        run(app)
+        run(backend, app)
     assert str(info.value) == 'Headers already set!'
 
 
@@ -478,20 +484,20 @@ def test_second_start_response_message_is_flups():
     ([('X', 1)], 'Value of header "b\'X\'" must be bytes'),
     ([(b'X', None)], 'Value of header "b\'X\'" must be bytes'),
 ])
-def test_header_types_are_checked_with_flups_messages(headers, message):
+def test_header_types_are_checked_with_flups_messages(headers, message, backend):
     def app(environ, start_response):
         start_response('200 OK', headers)
         return []
     with pytest.raises(AssertionError) as info:
-        run(app)
+        run(backend, app)
     assert str(info.value) == message
 
 
-def test_bytes_and_str_headers_become_latin1_bytes():
+def test_bytes_and_str_headers_become_latin1_bytes(backend):
     def app(environ, start_response):
         start_response('200 OK', [(b'B', b'v'), ('S', '\xe9'), (b'M', '\xff'), ('N', b'w')])
         return [b'ab']
-    assert run(app)[0][2] == [(b'B', b'v'), (b'S', b'\xe9'), (b'M', b'\xff'), (b'N', b'w'),
+    assert run(backend, app)[0][2] == [(b'B', b'v'), (b'S', b'\xe9'), (b'M', b'\xff'), (b'N', b'w'),
                               (b'Content-Length', b'2')]
 
 
@@ -503,16 +509,16 @@ def test_bytes_and_str_headers_become_latin1_bytes():
     (lambda: iter([b'', b'a', b'', b'b']),
      [('head', b'200 OK', [], b'a', False), ('body', b'b', False)]),
 ], ids=['empty-list', 'one-empty-item', 'one-item-tuple', 'empty-iterator', 'iterator'])
-def test_result_shapes_and_what_goes_on_the_wire(result, calls):
+def test_result_shapes_and_what_goes_on_the_wire(result, calls, backend):
     def app(environ, start_response):
         start_response('200 OK', [])
         return result()
     recorder = Recorder()
-    assert gateway.run_application(app, {}, recorder) is True
+    assert backend.run_application(app, {}, recorder) is True
     assert recorder.calls == calls
 
 
-def test_one_item_object_with_len_gets_a_content_length():
+def test_one_item_object_with_len_gets_a_content_length(backend):
     class One:
         def __len__(self):
             return 1
@@ -523,10 +529,10 @@ def test_one_item_object_with_len_gets_a_content_length():
     def app(environ, start_response):
         start_response('200 OK', [])
         return One()
-    assert run(app) == [('head', b'200 OK', [(b'Content-Length', b'3')], b'xyz', False)]
+    assert run(backend, app) == [('head', b'200 OK', [(b'Content-Length', b'3')], b'xyz', False)]
 
 
-def test_app_lock_is_held_around_the_app_and_released_after_an_error():
+def test_app_lock_is_held_around_the_app_and_released_after_an_error(backend):
     import threading
     lock = threading.Lock()
     seen = []
@@ -535,13 +541,13 @@ def test_app_lock_is_held_around_the_app_and_released_after_an_error():
         seen.append(lock.locked())
         raise ValueError('x')
     with pytest.raises(ValueError):
-        gateway.run_application(app, {}, Recorder(), lock)
+        backend.run_application(app, {}, Recorder(), lock)
     assert seen == [True] and not lock.locked()
 
 
 @pytest.mark.parametrize('headers', [(), None, {'A': 'b'}])
-def test_headers_must_be_a_list_message_in_full(headers):
-    response = gateway.Response(Recorder())
+def test_headers_must_be_a_list_message_in_full(headers, backend):
+    response = backend.Response(Recorder())
     with pytest.raises(AssertionError) as info:
         response.start_response('200 OK', headers)
     assert str(info.value) == 'Headers must be a list'

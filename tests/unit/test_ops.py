@@ -30,10 +30,10 @@ class Responder:
         self.out.append(data)
 
 
-def run(app, observer):
+def run(backend, app, observer):
     gateway.set_observer(observer)
     try:
-        return gateway.run_application(app, dict(ENVIRON, **{'wsgi.input': io.BytesIO()}),
+        return backend.run_application(app, dict(ENVIRON, **{'wsgi.input': io.BytesIO()}),
                                        Responder())
     finally:
         gateway.set_observer(None)
@@ -44,24 +44,24 @@ def hello(environ, start_response):
     return [b'hello', b' world']
 
 
-def line_of(tmp_path, fmt, app=hello):
+def line_of(backend, tmp_path, fmt, app=hello):
     log = AccessLog(str(tmp_path / 'a.log'), fmt)
     try:
-        run(app, log)
+        run(backend, app, log)
     except RuntimeError:
         pass
     log.close()
     return (tmp_path / 'a.log').read_text()
 
 
-def test_combined_format(tmp_path):
-    line = line_of(tmp_path, ops.DEFAULT_FORMAT)
+def test_combined_format(tmp_path, backend):
+    line = line_of(backend, tmp_path, ops.DEFAULT_FORMAT)
     assert line.startswith('10.0.0.7 - ann [')
     assert line.endswith('] "POST /a%20b?x=1 HTTP/1.1" 201 11 "-" "ua/1"\n')
 
 
-def test_every_atom(tmp_path):
-    line = line_of(tmp_path, '%(m)s|%(U)s|%(q)s|%(H)s|%(s)s|%(B)s|%(b)s|%(p)s|%({x-id}i)s|'
+def test_every_atom(tmp_path, backend):
+    line = line_of(backend, tmp_path, '%(m)s|%(U)s|%(q)s|%(H)s|%(s)s|%(B)s|%(b)s|%(p)s|%({x-id}i)s|'
                              '%({x-out}o)s|%({REMOTE_ADDR}e)s|%(nope)s|100%%|%(T)s|%(M)s|%(D)s|%(L)s')
     fields = line.rstrip('\n').split('|')
     assert fields[:13] == ['POST', '/a%20b', 'x=1', 'HTTP/1.1', '201', '11', '11',
@@ -69,17 +69,17 @@ def test_every_atom(tmp_path):
     assert fields[13] == '0' and int(fields[15]) >= 0 and float(fields[16]) >= 0
 
 
-def test_a_failing_app_is_logged_as_its_500(tmp_path):
+def test_a_failing_app_is_logged_as_its_500(tmp_path, backend):
     def broken(environ, start_response):
         raise RuntimeError('boom')
-    assert line_of(tmp_path, '%(s)s %(b)s', broken) == '500 -\n'
+    assert line_of(backend, tmp_path, '%(s)s %(b)s', broken) == '500 -\n'
 
 
-def test_empty_body_is_a_dash_in_b_and_0_in_b_upper(tmp_path):
+def test_empty_body_is_a_dash_in_b_and_0_in_b_upper(tmp_path, backend):
     def empty(environ, start_response):
         start_response('204 No Content', [])
         return []
-    assert line_of(tmp_path, '%(s)s %(b)s %(B)s', empty) == '204 - 0\n'
+    assert line_of(backend, tmp_path, '%(s)s %(b)s %(B)s', empty) == '204 - 0\n'
 
 
 def test_the_format_is_compiled_once():
@@ -88,8 +88,8 @@ def test_the_format_is_compiled_once():
                 _Head(), False, 0.0) == b'a "GET" 100%s 7 yes\n'
 
 
-def test_header_names_cannot_inject_code(tmp_path):
-    line = line_of(tmp_path, "%({x'+str+'y}i)s %({a\"\\\\}o)s %({__import__}e)s")
+def test_header_names_cannot_inject_code(tmp_path, backend):
+    line = line_of(backend, tmp_path, "%({x'+str+'y}i)s %({a\"\\\\}o)s %({__import__}e)s")
     assert line == '- - -\n'
 
 
@@ -97,23 +97,23 @@ class _Head:
     headers = [(b'X-Out', b'yes')]
 
 
-def test_a_rotated_log_is_opened_anew(tmp_path, monkeypatch):
+def test_a_rotated_log_is_opened_anew(tmp_path, monkeypatch, backend):
     monkeypatch.setattr('flupfast.ops.access_log.REOPEN_CHECK_INTERVAL', 0)
     path = tmp_path / 'a.log'
     log = AccessLog(str(path), '%(s)s')
-    run(hello, log)
+    run(backend, hello, log)
     os.rename(path, tmp_path / 'a.log.1')
-    run(hello, log)  # logrotate moved it: this line goes to a new a.log
+    run(backend, hello, log)  # logrotate moved it: this line goes to a new a.log
     log.flush()
     assert path.read_text() == '201\n'
     path.unlink()
-    run(hello, log)  # removed: created again
+    run(backend, hello, log)  # removed: created again
     log.close()
     assert (tmp_path / 'a.log.1').read_text() == '201\n'
     assert path.read_text() == '201\n'
 
 
-def test_no_observer_no_cost():
+def test_no_observer_no_cost(backend):
     calls = []
 
     class Spy:
@@ -122,9 +122,9 @@ def test_no_observer_no_cost():
 
         def end(self, token, response, failed):
             calls.append('end')
-    run(hello, None)
+    run(backend, hello, None)
     assert calls == []
-    run(hello, Spy())
+    run(backend, hello, Spy())
     assert calls == ['begin', 'end']
 
 

@@ -37,6 +37,8 @@ def test_the_status_line_repeats_server_protocol(use_backend, protocol, line):
     ([('REQUEST_SCHEME', 'gopher')], 'http'),
     ([('UWSGI_SCHEME', 'https')], 'https'),
     ([('UWSGI_SCHEME', 'http'), ('HTTPS', 'on')], 'http'),     # uWSGI's override first
+    ([('UWSGI_SCHEME', 'gopher'), ('HTTPS', 'ON')], 'https'),  # an odd one is passed over
+    ([('UWSGI_SCHEME', 'HTTPS')], 'https'), ([('REQUEST_SCHEME', 'HTTPS')], 'https'),
     ([('HTTPS', 'off'), ('REQUEST_SCHEME', 'https')], 'http'),  # then HTTPS
     ([('HTTPS', ''), ('REQUEST_SCHEME', 'https')], 'https'),  # nginx: HTTPS if_not_empty
 ])

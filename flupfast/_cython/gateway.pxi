@@ -1,0 +1,177 @@
+# The WSGI gateway's per-request part, compiled: the twin of flupfast/gateway.py's
+# build_environ, Response and run_application (same names, signatures, attributes, results and errors, and the same calls
+# to the app, the responder and the observer, in the same order). The rules themselves stay in
+# gateway.py, once: the status and header checks with their caches, _to_bytes, FileWrapper,
+# is_peer_gone and the observer are the pure module's own objects, used from here. What this
+# saves is the interpreter: the Python frames of the environ's wsgi.* keys, start_response,
+# send and the result loop ran for every request of every protocol (bench/gateway_cost.py).
+
+from flupfast import gateway as _gateway
+
+cdef dict _gw_checked_statuses = _gateway._checked_statuses
+cdef object _gw_check_status = _gateway._check_status
+cdef object _gw_cached_pair = _gateway._cached_pair
+cdef object _gw_check_pair = _gateway._check_pair
+cdef object _gw_to_bytes = _gateway._to_bytes
+cdef object _gw_FileWrapper = _gateway.FileWrapper
+cdef object _gw_is_peer_gone = _gateway.is_peer_gone
+cdef dict _gw_globals = vars(_gateway)  # its _observer, read per request as the pure twin does
+
+
+def build_environ(environ, overrides, stdin, stderr, multithread, multiprocess, run_once):
+    """Add the ``wsgi.*`` keys to the protocol's variables, in place, as flup does
+    (``overrides`` win over the request's values)."""
+    if overrides:
+        environ.update(overrides)
+    environ['wsgi.version'] = (1, 0)
+    environ['wsgi.input'] = stdin
+    environ['wsgi.errors'] = stderr
+    environ['wsgi.multithread'] = multithread
+    environ['wsgi.multiprocess'] = multiprocess
+    environ['wsgi.run_once'] = run_once
+    https = environ.get('HTTPS', 'off')
+    # flup compares exactly: only 'on' and '1' mean https.
+    environ['wsgi.url_scheme'] = 'https' if https == 'on' or https == '1' else 'http'
+    return environ
+
+
+cdef inline bint _one_item(result) except -1:
+    """flup adds Content-Length only for a one-item result (fcgi_base.py:1121); an iterable
+    without len() has no known count."""
+    if type(result) is list:
+        return len(<list>result) == 1
+    try:
+        return len(result) == 1
+    except TypeError:
+        return False
+
+
+cdef class Response:
+    """``start_response`` and ``write`` for one request, over a responder (see the pure twin)."""
+
+    cdef public object responder
+    cdef public object status
+    cdef public object headers
+    cdef public bint headers_sent
+    cdef public object result
+    cdef public object sent
+
+    def __init__(self, responder):
+        self.responder = responder
+        self.status = None
+        self.headers = None
+        self.headers_sent = False
+        self.sent = 0
+        self.result = None
+
+    def start_response(self, status, response_headers, exc_info=None):
+        cdef list headers
+        if exc_info:
+            try:
+                if self.headers_sent:
+                    raise exc_info[1].with_traceback(exc_info[2])
+            finally:
+                exc_info = None  # no reference cycle through the frame
+        elif self.status is not None:
+            raise AssertionError('Headers already set!')
+        checked = _gw_checked_statuses.get(status) if type(status) is str else None
+        status = checked if checked is not None else _gw_check_status(status)
+        if type(response_headers) is not list:
+            raise AssertionError('Headers must be a list')
+        headers = []
+        for pair in response_headers:
+            try:
+                checked = _gw_cached_pair(pair)
+            except TypeError:  # a list [name, value]: unhashable, checked every time
+                checked = None
+            if checked is None:
+                checked = _gw_check_pair(pair)
+            headers.append(checked)
+        self.status = status
+        self.headers = headers
+        return self.write
+
+    def write(self, data):
+        """The WSGI ``write`` callable: sends at once."""
+        self._send(data, False)
+
+    def send(self, data, more):
+        self._send(data, more)
+
+    cdef _send(self, data, more):
+        cdef list headers
+        if type(data) is not bytes:
+            data = _gw_to_bytes(data, 'write() argument must be bytes')
+        if self.headers_sent:
+            if data:
+                self.sent += len(<bytes>data)
+                self.responder.send_body(data, more)
+            return
+        if self.status is None:
+            raise AssertionError('write() before start_response()')
+        headers = self.headers
+        result = self.result
+        if result is not None and _one_item(result):
+            for name, _ in headers:
+                if name.lower() == b'content-length':
+                    break
+            else:
+                headers.append((b'Content-Length', str(len(<bytes>data)).encode('latin-1')))
+        self.headers_sent = True
+        self.sent = len(<bytes>data)
+        self.responder.send_head(self.status, headers, data, more)
+
+    def send_file(self, filelike):
+        """Send the headers, then the rest of ``filelike`` through the responder's
+        ``send_file``; False (nothing sent) when the responder cannot take this file."""
+        if self.status is None:
+            raise AssertionError('write() before start_response()')
+        if not self.responder.can_send_file(filelike):
+            return False
+        if not self.headers_sent:
+            self.headers_sent = True
+            self.responder.send_head(self.status, self.headers, b'', False)
+        self.sent = None
+        self.responder.send_file(filelike)
+        return True
+
+
+def run_application(application, environ, responder, app_lock=None):
+    """Call the app and send its result through ``responder``; ``close()`` always called.
+    True when done, False when the peer was gone (see the pure twin)."""
+    cdef Response response = Response.__new__(Response)
+    cdef bint more
+    response.responder = responder
+    response.sent = 0
+    observer = _gw_globals['_observer']
+    token = None if observer is None else observer.begin(environ)
+    done = None  # None until the app's part ended without an exception
+    if app_lock is not None:
+        app_lock.acquire()
+    try:
+        try:
+            result = application(environ, response.start_response)
+            try:
+                response.result = result
+                more = type(result) is list or type(result) is tuple
+                if not (type(result) is _gw_FileWrapper and hasattr(responder, 'send_file')
+                        and response.send_file(result.filelike)):
+                    for data in result:
+                        if data:
+                            response._send(data, more)
+                    if not response.headers_sent:
+                        response._send(b'', more)  # the body was empty: headers only
+            finally:
+                if hasattr(result, 'close'):
+                    result.close()
+            done = True
+        except OSError as exc:
+            if not _gw_is_peer_gone(exc):
+                raise
+            done = False
+    finally:
+        if app_lock is not None:
+            app_lock.release()
+        if observer is not None:
+            observer.end(token, response, done is None)
+    return done
