@@ -5,6 +5,10 @@ It knows no protocol: a *responder* puts the status, headers and body on the wir
 (``send_head(status, headers, data, more)`` and ``send_body(data, more)``, where ``more=True``
 says more data follows at once, so the responder may hold the bytes and send them together).
 Behaviour matches flup 1.0.3's ``fcgi_base.py:1074-1192`` (copied there three times).
+
+``build_environ``, ``Response`` and ``run_application`` run for every request and have
+compiled twins (_cython/gateway.pxi; callers take them from _impl); the checks, their caches,
+``FileWrapper`` and the observer stay here, the one copy both twins use.
 """
 import errno
 import html

@@ -3,6 +3,8 @@ uwsgi's HTTP head is the same block behind a status line), and the one helper th
 list of buffers without copying them.
 
 No WSGI logic here (that is gateway.py) and no protocol framing (that is in the codecs).
+``PartsWriter`` and ``send_buffers`` have compiled twins (_cython/output.pxi): the streams
+subclass _impl's PartsWriter.
 """
 import io
 import os
