@@ -85,55 +85,59 @@ class IdleJob(Served):
     idle = False
 
 
-@pytest.fixture
-def pair():
-    """(ours, theirs): the web server's end and the child's job's socket."""
-    ours, theirs = socket.socketpair()
-    yield ours, theirs
-    ours.close()
-    theirs.close()
-
-
 def relieved_child(job, client):
-    """A ChildDrain whose current job is ``job`` on ``client`` (made through its wrap), after
-    the parent's RELIEF_SIGNAL."""
+    """A ChildDrain whose current job is ``job`` on ``client`` (made through its wrap)."""
     drain = ChildDrain()
     assert drain.wrap(lambda sock, addr: job)(client, None) is job
     assert job.on_idle == drain.on_idle
-    drain.on_relief(None, None)
     return drain
 
 
-def test_relief_ends_an_idle_persistent_connection_at_once(pair):
-    ours, theirs = pair
-    job = IdleJob(2)
-    job.idle = True  # blocked between requests
-    drain = relieved_child(job, theirs)
-    assert theirs.recv(1) == b''  # its read side is shut: the blocked receive sees EOF
-    assert drain.on_idle(job, False) is END
+def test_relief_ends_an_idle_persistent_connection_at_once():
+    ours, theirs = socket.socketpair()
+    try:
+        job = IdleJob(2)
+        job.idle = True  # blocked between requests
+        drain = relieved_child(job, theirs)
+        drain.on_relief(None, None)
+        assert theirs.recv(1) == b''  # its read side is shut: the blocked receive sees EOF
+        assert drain.on_idle(job, False) is END
+    finally:
+        ours.close()
+        theirs.close()
 
 
-def test_relief_during_a_request_ends_the_connection_after_it(pair):
-    ours, theirs = pair
-    job = IdleJob(1)  # in its second request
-    drain = relieved_child(job, theirs)
-    ours.send(b'x')
-    assert theirs.recv(1) == b'x'  # not shut: the request goes on
-    assert drain.on_idle(job, False) is END  # then the connection ends
-    # The child's next connection is served as usual: the relief was for the last one.
-    job2 = IdleJob(1)
-    assert drain.wrap(lambda sock, addr: job2)(theirs, None) is job2
-    assert drain.on_idle(job2, False) is WAIT
+def test_relief_during_a_request_ends_the_connection_after_it():
+    ours, theirs = socket.socketpair()
+    try:
+        job = IdleJob(1)  # in its second request
+        drain = relieved_child(job, theirs)
+        drain.on_relief(None, None)
+        ours.send(b'x')
+        assert theirs.recv(1) == b'x'  # not shut: the request goes on
+        assert drain.on_idle(job, False) is END  # then the connection ends
+        # The child's next connection is served as usual: the relief was for the last one.
+        job2 = IdleJob(1)
+        assert drain.wrap(lambda sock, addr: job2)(theirs, None) is job2
+        assert drain.on_idle(job2, False) is WAIT
+    finally:
+        ours.close()
+        theirs.close()
 
 
-def test_relief_leaves_a_new_connection_to_its_first_request(pair):
-    ours, theirs = pair
-    job = IdleJob(0)
-    job.idle = True  # waiting for its first request, which is on its way
-    drain = relieved_child(job, theirs)
-    ours.send(b'x')
-    assert theirs.recv(1) == b'x'
-    assert drain.on_idle(job, False) is WAIT
+def test_relief_leaves_a_new_connection_to_its_first_request():
+    ours, theirs = socket.socketpair()
+    try:
+        job = IdleJob(0)
+        job.idle = True  # waiting for its first request, which is on its way
+        drain = relieved_child(job, theirs)
+        drain.on_relief(None, None)
+        ours.send(b'x')
+        assert theirs.recv(1) == b'x'
+        assert drain.on_idle(job, False) is WAIT
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def test_the_parent_asks_only_its_busy_children_for_relief(monkeypatch):
