@@ -81,15 +81,13 @@ def _start_apache(name, server, body, modules, port, loglevel="info", prefix="",
     return front
 
 
-def start_apache_proxy_fcgi(server, reuse=True, mode="thread", name=None, backend_extra=()):
-    """Apache mod_proxy_fcgi -> 127.0.0.1:PORT (the server under test, with ``backend_extra``
-    options); plus a counted vhost."""
+def start_apache_proxy_fcgi(server, reuse=True, mode="thread", name=None):
+    """Apache mod_proxy_fcgi -> 127.0.0.1:PORT (the server under test); plus a counted vhost."""
     name = name or "apache-proxy-fcgi"
     return _start_apache_proxy("fcgi", server, name,
                                proxy_args="enablereuse=%s" % ("on" if reuse else "off"),
                                mode=mode, keeps_backend_conn=reuse, split="script",
-                               spools_chunked=False, options=dict(reuse=reuse, mode=mode),
-                               backend_extra=backend_extra)
+                               spools_chunked=False, options=dict(reuse=reuse, mode=mode))
 
 
 def _start_apache_proxy(protocol, server, name, proxy_args="", extra_conf="", mode="thread",

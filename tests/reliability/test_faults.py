@@ -284,49 +284,6 @@ def test_fork_pool_exhausted_connections_within_the_wait_are_served(start, proto
     assert "overloaded" not in server.log()
 
 
-@pytest.mark.parametrize("protocol", ["fcgi", "ajp"])
-def test_fork_child_held_by_an_idle_persistent_connection_takes_a_waiting_one(
-        start, protocol, backend):
-    # A web server pooling more connections than there are children (Apache's mod_proxy
-    # pools): the only child waits on an idle kept connection while a new one arrives. The
-    # parent asks it to give way; it ends the idle connection and serves the new one, long
-    # before the "overloaded" bound.
-    server = one_child(start, protocol, backend, 5.0)
-    kept = Exchange(server, "/?k=1", b"", keep_conn=True)
-    assert kept.answer().status == 200  # the child now waits for its next request
-    started = time.monotonic()
-    waiting = Exchange(server, "/?w=1")
-    answer = waiting.answer()
-    waited = time.monotonic() - started
-    waiting.close()
-    assert answer.status == 200, answer
-    assert waited < 2.5, waited
-    kept.sock.settimeout(WAIT)
-    try:
-        assert kept.sock.recv(100) == b""  # the idle one was closed, not reset mid-request
-    except ConnectionResetError:
-        pass
-    kept.close()
-    # A request on a kept connection is not cut short by the relief: it ends, then the
-    # connection does, and the child serves the connection that waited.
-    held = Exchange(server, "/hold?tag=h0", BODY, hold=True, keep_conn=True)
-    server.held_pid("h0")
-    extra = Exchange(server, "/?x=1")
-    time.sleep(0.3)  # the parent has seen it wait and asked for relief
-    held.release()
-    assert_held_answers([held], [held.answer()])
-    held.sock.settimeout(WAIT)
-    try:
-        assert held.sock.recv(100) == b""  # then closed
-    except ConnectionResetError:
-        pass
-    held.close()
-    assert extra.answer().status == 200
-    extra.close()
-    log = server.log()
-    assert "overloaded" not in log and "Traceback" not in log, log
-
-
 # A flup-style PreforkServer with its own job class, which has no refuse_overloaded: the parent
 # closes the connection (as thread mode and flup's threaded server do past their bound).
 FLUP_STYLE_SCRIPT = r"""

@@ -4,7 +4,7 @@ module only gathers their public names.
 """
 from flupfast.serving.prefork.arbiter import ChildRecord, PreforkMode
 from flupfast.serving.prefork.child import (
-    DRAIN_SIGNAL, RELIEF_SIGNAL, ChildBoard, ChildDrain, notify_parent, serve_child)
+    DRAIN_SIGNAL, ChildBoard, ChildDrain, notify_parent, serve_child)
 from flupfast.serving.prefork.overload import OverloadGuard, _has_waiting  # noqa: F401
 from flupfast.serving.prefork.policy import (
     BUSY, EXCESS_CHECK, EXITING, IDLE, PARENT_TICK, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
@@ -12,7 +12,7 @@ from flupfast.serving.prefork.policy import (
 
 __all__ = [
     "BUSY", "IDLE", "STATUS_BUSY", "STATUS_IDLE", "EXITING", "EXCESS_CHECK", "PARENT_TICK",
-    "DRAIN_SIGNAL", "RELIEF_SIGNAL",
+    "DRAIN_SIGNAL",
     "SLOT_EMPTY", "SLOT_UNREPORTED",
     "ChildBoard", "ChildDrain", "ChildRecord",
     "OverloadGuard", "PoolChange", "PoolLimits", "PreforkMode",

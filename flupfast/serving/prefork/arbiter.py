@@ -22,7 +22,7 @@ from flupfast.limits import (
 from flupfast.serving.job import JobSource
 from flupfast.serving.listen import set_cloexec
 from flupfast.serving.prefork.child import (
-    DRAIN_SIGNAL, EXIT_REQUEST_TIMEOUT, RELIEF_SIGNAL, ChildBoard, ChildDrain)
+    DRAIN_SIGNAL, EXIT_REQUEST_TIMEOUT, ChildBoard, ChildDrain)
 from flupfast.serving.prefork.overload import OverloadGuard
 from flupfast.serving.prefork.policy import (
     BUSY, EXCESS_CHECK, EXITING, IDLE, REAP_POLL, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
@@ -210,15 +210,6 @@ class PreforkMode(JobSource, LoopControl):
         return (len(children) >= self.limits.max_children
                 and not any(child.state == IDLE for child in children.values()))
 
-    def relieve(self):
-        """Connections wait and no child may be added: ask every busy child to end its
-        persistent connection once idle (RELIEF_SIGNAL), so that it takes a waiting one."""
-        if RELIEF_SIGNAL is None:
-            return
-        self._read_board()
-        self._signal_children(RELIEF_SIGNAL, [pid for pid, child in self.children.items()
-                                              if child.state == BUSY])
-
     def _tend_pool(self, sock):
         self._read_board()
         if self.worker_slots is not None:
@@ -404,7 +395,6 @@ class PreforkMode(JobSource, LoopControl):
         if DRAIN_SIGNAL is not None:
             drain = ChildDrain()
             signal.signal(DRAIN_SIGNAL, drain.on_signal)
-            signal.signal(RELIEF_SIGNAL, drain.on_relief)
             job_class = drain.wrap(job_class)
         if self.max_memory:
             job_class = MemoryWatch(self.max_memory).wrap(job_class)

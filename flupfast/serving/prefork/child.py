@@ -17,7 +17,7 @@ from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_nodelay)
 from flupfast.serving.prefork.policy import STATUS_BUSY, STATUS_IDLE
 
-__all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "RELIEF_SIGNAL", "STATUS_BUSY",
+__all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "STATUS_BUSY",
            "STATUS_IDLE", "ChildBoard", "ChildDrain", "end_for_request_timeout", "notify_parent",
            "serve_child"]
 
@@ -28,13 +28,6 @@ logger = logging.getLogger("flupfast")
 # request ends the connection after it; then they exit, finding the parent gone. A real-time
 # signal, which apps leave alone (SIGUSR1/SIGUSR2 are often theirs).
 DRAIN_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else None
-# Sent to the busy children when connections wait and no child may be added: a child whose
-# persistent connection waits idle ends it at once, one in a request ends it after that
-# request; the child then takes a waiting connection. Without it a web server whose pool holds
-# more connections than there are children (Apache's mod_proxy pools hold up to a thread per
-# connection) kept every child on an idle connection while new ones waited for the
-# "overloaded" answer. The web server opens a new connection when it needs one.
-RELIEF_SIGNAL = signal.SIGRTMIN + 5 if hasattr(signal, "SIGRTMIN") else None
 # accept4() on Linux never passes the listening socket's O_NONBLOCK on (accept(2)).
 _ACCEPT_GIVES_BLOCKING = sys.platform.startswith("linux")
 
@@ -194,16 +187,14 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
 
 
 class ChildDrain:
-    """A child's side of DRAIN_SIGNAL and RELIEF_SIGNAL: the job it runs and that job's socket,
-    so a handler can end an idle persistent connection, and what the job is told before it
-    goes idle."""
+    """A child's side of DRAIN_SIGNAL: the job it runs and that job's socket, so the handler
+    can end an idle persistent connection, and the flag a job checks before it goes idle."""
 
-    __slots__ = ("job", "client", "draining", "relieving")
+    __slots__ = ("job", "client", "draining")
 
     def __init__(self):
         self.job = self.client = None
         self.draining = False
-        self.relieving = False  # the current job's persistent connection ends when idle
 
     def wrap(self, new_job):
         """A job factory for serve_child: ``new_job``'s jobs, remembered and given
@@ -211,30 +202,17 @@ class ChildDrain:
         def make_job(client, addr, *args):
             job = new_job(client, addr, *args)
             self.job, self.client = job, client
-            self.relieving = False
             job.on_idle = self.on_idle
             return job
         return make_job
 
     def on_idle(self, job, parkable):
-        """Once draining, or asked to give way, a persistent connection ends between requests;
-        a new one serves its first request."""
-        return END if (self.draining or self.relieving) and job.served > 0 else WAIT
-
-    def on_relief(self, signum, frame):
-        """Connections wait for a child: end the persistent connection now if it waits idle
-        between requests, else after its request (a new connection's first request is on its
-        way: it is served)."""
-        self.relieving = True
-        job = self.job
-        if job is not None and job.served > 0:
-            self._end_if_idle()
+        """Once draining, a persistent connection ends between requests; a new one serves
+        its first request."""
+        return END if self.draining and job.served > 0 else WAIT
 
     def on_signal(self, signum, frame):
         self.draining = True
-        self._end_if_idle()
-
-    def _end_if_idle(self):
         job = self.job
         if job is not None and job.idle:
             shutdown_quietly(self.client, socket.SHUT_RD)  # its blocked read ends at once

@@ -12,10 +12,6 @@ from flupfast.limits import FORK_OVERLOAD_WAIT, MAX_OVERLOAD_ANSWERS, OVERLOAD_A
 from flupfast.serving.listen import ACCEPT_RETRY_ERRORS, is_tcp, set_nodelay
 from flupfast.serving.prefork.policy import PARENT_TICK, REAP_POLL
 
-# While connections wait, the busy children are asked again this often: a child that gave up
-# its idle connection is held again by the one it took, once that one idles.
-RELIEF_INTERVAL = 0.05
-
 __all__ = ["FORK_OVERLOAD_WAIT", "OverloadGuard"]
 
 logger = logging.getLogger("flupfast")
@@ -32,8 +28,7 @@ class OverloadGuard:
     """The parent's answer to an exhausted pool: no child idle and ``max_children`` reached.
 
     Only then does the parent look at the listening socket, so it never competes with an idle
-    child for a connection. The first connection seen waiting asks the busy children to give
-    up their idle persistent connections (``mode.relieve()``) and starts a clock. It runs on while
+    child for a connection. The first connection seen waiting starts a clock. It runs on while
     the pool stays exhausted and connections keep waiting (a child that frees up takes one,
     more arrive), and stops when a child is idle or the queue is seen empty. After
     ``mode.overload_wait`` seconds the parent accepts the waiting connections and has each
@@ -42,8 +37,7 @@ class OverloadGuard:
     next connection) or a child is idle. No connection waits much longer than the bound for an
     answer; one that arrived late in a spell may be refused after a shorter wait: the kernel
     tells neither the queue's length (Unix sockets) nor its connections' ages, and a spell's
-    start is the one age the parent can know. With ``overload_wait`` None nothing is refused:
-    connections wait for a child.
+    start is the one age the parent can know.
     """
 
     def __init__(self, mode):
@@ -52,7 +46,6 @@ class OverloadGuard:
         self._watched = None    # (selector, listening socket) while registered
         self._answers = []      # threads answering "overloaded"
         self._refused = 0       # answered "overloaded" since the pool was last not exhausted
-        self._relieved = 0.0    # when the busy children were last asked for relief
 
     def answering(self):
         """True while an answer runs. The parent does not fork meanwhile: the child would
@@ -61,24 +54,18 @@ class OverloadGuard:
         return bool(self._answers)
 
     def on_waiting(self):
-        """The listening socket turned readable while watched: a connection waits. The busy
-        children are asked to give up their idle persistent connections (``mode.relieve``),
-        once per spell: a child held by one takes a waiting connection instead."""
+        """The listening socket turned readable while watched: a connection waits."""
         self._unwatch()  # the clock runs now; the loop sleeps until it is due
         if self._since is None:
             self._since = time.monotonic()
-            self._relieve()
-
-    def _relieve(self):
-        self._relieved = time.monotonic()
-        self.mode.relieve()
 
     def tend(self, listen_sock, selector):
         """One round of the parent loop: watch, wait or answer. Returns the longest the loop
         may sleep."""
         # A finishing answer wakes the loop, but may still be alive when it looks.
         timeout = REAP_POLL if self.answering() else PARENT_TICK
-        if not self.mode.pool_exhausted():
+        wait = self.mode.overload_wait
+        if wait is None or not self.mode.pool_exhausted():
             self._calm()
             return timeout
         if self._since is None or not _has_waiting(listen_sock):
@@ -87,15 +74,7 @@ class OverloadGuard:
                 selector.register(listen_sock, selectors.EVENT_READ, self)
                 self._watched = (selector, listen_sock)
             return timeout
-        # Still waiting: a relieved child may be held again by the connection it took.
-        now = time.monotonic()
-        if now - self._relieved >= RELIEF_INTERVAL:
-            self._relieve()
-        timeout = min(timeout, RELIEF_INTERVAL)
-        wait = self.mode.overload_wait
-        if wait is None:
-            return timeout  # no refusal: they wait for a child
-        left = self._since + wait - now
+        left = self._since + wait - time.monotonic()
         if left > 0:
             return min(timeout, left)
         return self._refuse_waiting(listen_sock)
