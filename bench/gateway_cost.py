@@ -81,7 +81,7 @@ def loop(n, app, access_log=None, status=None, proctitle=False):
     responder = NullResponder()
     for _ in range(n):
         environ = _impl.build_environ(dict(PARAMS), None, None, sys.stderr, True, False,
-                                        False)
+                                      False)
         gateway.sanitize_cgi_environ(environ, 'WSGIServer')
         _impl.run_application(app, environ, responder)
 

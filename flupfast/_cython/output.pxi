@@ -186,17 +186,14 @@ cdef class PartsWriter:
 
     def send_head(self, status, headers, data, more):
         prefix = self.status_prefix
-        if len(data) <= _JOIN_HEAD_LIMIT:
-            # One part, so one record: joining a small body costs less than framing it apart.
-            joined = _head_with(prefix, status, headers, data)
-            if joined is None:
-                joined = _build_cgi_head(status, headers, prefix) + data
-            self.write_parts((joined,), more)
-        else:
-            head = _head_with(prefix, status, headers, b'')
-            if head is None:
-                head = _build_cgi_head(status, headers, prefix)
-            self.write_parts((head, data), more)
+        # One part, so one record: joining a small body costs less than framing it apart.
+        joined = len(data) <= _JOIN_HEAD_LIMIT
+        head = _head_with(prefix, status, headers, data if joined else b'')
+        if head is None:
+            head = _build_cgi_head(status, headers, prefix)
+            if joined:
+                head += data
+        self.write_parts((head,) if joined else (head, data), more)
 
     def send_body(self, data, more):
         self.write_parts((data,), more)

@@ -7,7 +7,7 @@ Only assembly: the environ, ``start_response`` and the result loop are gateway.p
 import sys
 import traceback
 
-from flupfast import gateway
+from flupfast import _impl, gateway
 from flupfast.output import build_cgi_head
 from flupfast.cgi_fallback import CGIOutput as StdoutWrapper, cgi_params, cgi_stdin
 
@@ -27,10 +27,10 @@ class WSGIServer(object):
         printed to stderr and answered with flup's 500 page when nothing was sent yet."""
         stdout = StdoutWrapper(sys.stdout)
         sys.stdout.flush()  # anything printed before run() precedes the response
-        environ = gateway.build_environ(cgi_params(), None, cgi_stdin(), sys.stderr,
-                                        multithread=False, multiprocess=True, run_once=True)
+        environ = _impl.build_environ(cgi_params(), None, cgi_stdin(), sys.stderr,
+                                      multithread=False, multiprocess=True, run_once=True)
         try:
-            gateway.run_application(self.application, environ, stdout)
+            _impl.run_application(self.application, environ, stdout)
         except Exception:
             traceback.print_exc(file=sys.stderr)
             sys.stderr.flush()
