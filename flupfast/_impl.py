@@ -91,11 +91,23 @@ TWINS = (
     ("build_environ", "build_environ", "flupfast.gateway", "build_environ"),
     ("Response", "Response", "flupfast.gateway", "Response"),
     ("run_application", "run_application", "flupfast.gateway", "run_application"),
+    ("serve_scgi", "serve_scgi", "flupfast.scgi_connection", "serve"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
-# importing a codec must not load.
-LAZY = frozenset({"serve_child", "Leader"})
+# importing a codec must not load; the SCGI connection's serve imports this module.
+LAZY = frozenset({"serve_child", "Leader", "serve_scgi"})
+
+
+def runs_compiled(kind):
+    """Mark a method of flupfast's SCGI/uwsgi request path whose code the compiled
+    ``serve_scgi`` runs itself, in C, while it is the method in force: an override (on a
+    subclass or the instance, or a function patched in) carries no mark and is called where
+    the pure path calls it. ``kind`` names which twin in _cython/scgi_serve.pxi takes over."""
+    def mark(method):
+        method.runs_compiled = kind
+        return method
+    return mark
 
 
 def pure_twin(name):

@@ -18,6 +18,7 @@ from flupfast.gateway import is_peer_gone
 from flupfast.limits import (COALESCE_LIMIT, LINGER_SECONDS, OVERLOAD_ANSWER_SECONDS,
                              RECV_BUFFER_SIZE, RESET_DRAIN_SECONDS)
 from flupfast.output import shutdown_quietly
+from flupfast.sockio import receive_buffer
 from flupfast.protocols.errors import ProtocolError
 from flupfast.serving.job import Job
 
@@ -27,22 +28,6 @@ _loggers = {}
 # struct linger {l_onoff = 1, l_linger = 0}: close() then resets the TCP connection.
 _LINGER_RESET = struct.pack('ii', 1, 0)
 _INT_ZERO = struct.pack('i', 0)
-
-# One receive buffer per thread, reused by every connection that thread serves: allocating and
-# zeroing 256 KiB per accepted connection costs more than a small request. Safe because the
-# codecs copy what they keep out of it before the next receive.
-_thread_state = threading.local()
-
-
-def receive_buffer():
-    """This thread's (buffer, memoryview of it): one thread-local attribute, read once per
-    receive (a threading.local attribute costs as much as a small Python call)."""
-    pair = getattr(_thread_state, 'recv', None)
-    if pair is None:
-        buf = bytearray(RECV_BUFFER_SIZE)
-        pair = _thread_state.recv = (buf, memoryview(buf))
-    return pair
-
 
 def _wait_sent(sock, seconds):
     """Wait until the kernel has sent, and the peer acknowledged, what was written to ``sock``

@@ -55,6 +55,7 @@ class SCGIRequest:
     ``stdout`` and ``run``, the names a ``handler``/``error`` override uses); its connection
     gives the logger and what starts the response head (``status_prefix``)."""
 
+    @_impl.runs_compiled('request')
     def __init__(self, conn, environ, input, output):
         self._conn = conn
         self.environ = environ
@@ -66,6 +67,7 @@ class SCGIRequest:
         self.status_prefix = getattr(output, 'status_prefix', None) \
             or conn.status_prefix(environ)
 
+    @_impl.runs_compiled('request')
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was
         sent yet (flup scgi_base.py:150-175)."""
@@ -115,10 +117,12 @@ class SCGIConnection(LoggedConnection):
     head_name = 'the header netstring'
     _body = None  # the body source once the head is read (no __init__ of its own)
 
+    @_impl.runs_compiled('cgi_prefix')
     def status_prefix(self, environ):
         """What starts the response head: SCGI answers with CGI's ``Status:`` header."""
         return CGI_STATUS_PREFIX
 
+    @_impl.runs_compiled('read_header')
     def _read_header(self):
         """The request head: (environ, content_length, body bytes received with it)."""
         self.idle = True  # no request byte yet: a stop may end the wait
@@ -145,21 +149,7 @@ class SCGIConnection(LoggedConnection):
         return environ, content_length, bytes(data[used:used + content_length])
 
     def _serve(self):
-        environ, content_length, first = self._read_header()
-        self._body, stdin = _impl.open_scgi_body(self, first, content_length)
-        output = RawOutputStream(self)
-        prefix = self.status_prefix(environ)
-        if prefix is not CGI_STATUS_PREFIX:  # uwsgi: the stream starts an HTTP head
-            output.status_prefix = prefix
-        req = self.server.requestClass(self, environ, stdin, output)
-        if self._timeout:
-            with request_deadline(self._timeout, self._timed_out):
-                req.run()
-        else:  # the threaded servers' case: no watchdog to arm and disarm
-            req.run()
-        if not self.closed:
-            output.flush()
-        self.served = 1
+        _impl.serve_scgi(self)
 
     def discard_body(self, deadline):
         """Read and drop what is left of the body (CONTENT_LENGTH) until ``deadline``."""
@@ -185,3 +175,25 @@ class SCGIConnection(LoggedConnection):
             self.linger_close()
         else:
             self.close()
+
+
+def serve(conn):
+    """Serve the one request of ``conn`` (an SCGIConnection): read its head, open its body,
+    run the server's ``requestClass`` with a RawOutputStream, flush. The compiled twin
+    (_cython/scgi_serve.pxi) does the same, and runs flup's request, ``handler``,
+    ``_environ_for`` and ``_sanitizeEnv`` in C while the server uses them unchanged."""
+    environ, content_length, first = conn._read_header()
+    conn._body, stdin = _impl.open_scgi_body(conn, first, content_length)
+    output = RawOutputStream(conn)
+    prefix = conn.status_prefix(environ)
+    if prefix is not CGI_STATUS_PREFIX:  # uwsgi: the stream starts an HTTP head
+        output.status_prefix = prefix
+    req = conn.server.requestClass(conn, environ, stdin, output)
+    if conn._timeout:
+        with request_deadline(conn._timeout, conn._timed_out):
+            req.run()
+    else:  # the threaded servers' case: no watchdog to arm and disarm
+        req.run()
+    if not conn.closed:
+        output.flush()
+    conn.served = 1

@@ -4,7 +4,26 @@ without giving up the GIL when they need not wait (compat/known_differences.py h
 this: results, errors and timeouts are the same).
 """
 
-__all__ = ["recv_into", "close_socket", "epoll_arm", "epoll_ready_now"]
+import threading
+
+from flupfast.limits import RECV_BUFFER_SIZE
+
+__all__ = ["recv_into", "close_socket", "epoll_arm", "epoll_ready_now", "receive_buffer"]
+
+# One receive buffer per thread, reused by every connection that thread serves: allocating and
+# zeroing 256 KiB per accepted connection costs more than a small request. Safe because the
+# codecs copy what they keep out of it before the next receive.
+_thread_state = threading.local()
+
+
+def receive_buffer():
+    """This thread's (buffer, memoryview of it): one thread-local attribute, read once per
+    receive (a threading.local attribute costs as much as a small Python call)."""
+    pair = getattr(_thread_state, 'recv', None)
+    if pair is None:
+        buf = bytearray(RECV_BUFFER_SIZE)
+        pair = _thread_state.recv = (buf, memoryview(buf))
+    return pair
 
 
 def recv_into(sock, buf, limit=0):

@@ -21,6 +21,12 @@ cdef dict _gw_globals = vars(_gateway)  # its _observer, read per request as the
 def build_environ(environ, overrides, stdin, stderr, multithread, multiprocess, run_once):
     """Add the ``wsgi.*`` keys to the protocol's variables, in place, as flup does
     (``overrides`` win over the request's values)."""
+    return _build_environ(environ, overrides, stdin, stderr, multithread, multiprocess,
+                          run_once)
+
+
+cdef object _build_environ(environ, overrides, stdin, stderr, multithread, multiprocess,
+                           run_once):
     if overrides:
         environ.update(overrides)
     environ['wsgi.version'] = (1, 0)
@@ -139,6 +145,10 @@ cdef class Response:
 def run_application(application, environ, responder, app_lock=None):
     """Call the app and send its result through ``responder``; ``close()`` always called.
     True when done, False when the peer was gone (see the pure twin)."""
+    return _run_application(application, environ, responder, app_lock)
+
+
+cdef object _run_application(application, environ, responder, app_lock):
     cdef Response response = Response.__new__(Response)
     cdef bint more
     response.responder = responder

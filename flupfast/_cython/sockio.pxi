@@ -25,6 +25,10 @@ cdef object _c_detach = _c_socket.detach  # the fd let go of, without socket.py'
 
 def recv_into(sock, buf, Py_ssize_t limit=0):
     """The bytes received into ``buf`` (0 at EOF); see sockio.recv_into."""
+    return _recv_into(sock, buf, limit)
+
+
+cdef object _recv_into(sock, buf, Py_ssize_t limit):
     cdef Py_buffer view
     cdef Py_ssize_t got
     cdef int fd, err

@@ -8,11 +8,14 @@ send it) is a 4-byte header: ``modifier1`` (uint8), ``datasize`` (uint16, little
 vars block's length), ``modifier2`` (uint8); then the vars block, ``datasize`` bytes of pairs
 each ``key_size`` (uint16 LE), key, ``val_size`` (uint16 LE), value; then CONTENT_LENGTH body
 bytes. modifier1 0 is a WSGI request; no other is served. The response is plain HTTP/1.x on
-the same socket and the connection closes after it. As for SCGI, a repeated key keeps its last
+the same socket and the connection closes after it: ``status_prefix`` starts its status line
+and ``url_scheme`` reads the request's scheme, both as uWSGI does. As for SCGI, a repeated key keeps its last
 value (nginx before 1.23 sends one var per header line) and a repeated CONTENT_LENGTH must
 agree; CONTENT_LENGTH empty or absent means no body (uwsgi_params sends ``$content_length``,
 empty for a GET).
 """
+import re
+
 from flupfast.limits import MAX_PARAMS_PAIRS, MAX_UWSGI_VARS_BYTES
 from flupfast.protocols.errors import UWSGIError
 from flupfast.protocols.scgi import parse_content_length
@@ -106,3 +109,47 @@ def encode_request(environ, body=b'', modifier1=MODIFIER1_WSGI, modifier2=0):
     except OverflowError:
         raise ValueError('a uwsgi var or vars block is longer than 65,535 bytes') from None
     return header + block + body
+
+
+# The answer's status line repeats the request's SERVER_PROTOCOL, as uWSGI does; nginx
+# (ngx_http_parse_status_line) and Apache mod_proxy_uwsgi ("HTTP/#.# ###") read
+# ``HTTP/<digit>.<digit>``. Anything else (a missing or odd value) answers HTTP/1.0, uWSGI's
+# default; never echoing it keeps a stray CR/LF out of the response.
+_HTTP_VERSION = re.compile(r'HTTP/[0-9]\.[0-9]\Z')
+DEFAULT_STATUS_PREFIX = b'HTTP/1.0 '
+_prefixes = {}
+
+
+def status_prefix(environ):
+    """``SERVER_PROTOCOL`` and a space, as bytes, when it is an HTTP version; else HTTP/1.0."""
+    protocol = environ.get('SERVER_PROTOCOL')
+    prefix = _prefixes.get(protocol)
+    if prefix is None:
+        if type(protocol) is str and _HTTP_VERSION.match(protocol):
+            prefix = _prefixes[protocol] = protocol.encode('ascii') + b' '
+        else:
+            prefix = DEFAULT_STATUS_PREFIX
+    return prefix
+
+
+def url_scheme(environ):
+    """wsgi.url_scheme of a uwsgi request: ``UWSGI_SCHEME`` (uWSGI's own override) if set,
+    else HTTPS ``on``/``1`` (any case, as uWSGI reads it) gives https, else
+    ``REQUEST_SCHEME`` (uwsgi_params' ``$scheme``); only ``http`` and ``https`` are taken."""
+    value = environ.get('UWSGI_SCHEME')
+    if value:
+        value = value.lower()
+        if value in _SCHEMES:
+            return value
+    value = environ.get('HTTPS')
+    if value:
+        return 'https' if value.lower() in ('on', '1') else 'http'
+    value = environ.get('REQUEST_SCHEME')
+    if value:
+        value = value.lower()
+        if value in _SCHEMES:
+            return value
+    return 'http'
+
+
+_SCHEMES = frozenset(('http', 'https'))

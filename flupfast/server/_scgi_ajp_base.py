@@ -150,6 +150,7 @@ class SCGIAJPServerBase(object):
                          ' (reload requested)' if self._hupReceived else '')
         return ret
 
+    @_impl.runs_compiled('environ')
     def _environ_for(self, environ, stdin):
         """flup's ``handler`` preamble: the request's variables plus ``environ=`` and wsgi.*
         (``wsgi.errors`` is the process's stderr, as flup's)."""

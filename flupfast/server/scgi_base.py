@@ -127,6 +127,7 @@ bindAddress is the address to bind to: a string is a Unix socket path; a 2-tuple
 to a Unix socket, umask may be set to the umask in force while the socket is created.""",
                                 shared.ALLOWED_DEFAULT_DOC, shared.LOGGING_DOC)
 
+    @_impl.runs_compiled('handler')
     def handler(self, request):
         """WSGI handler. Sets up WSGI environment, calls the application, and sends the
         application's response."""
@@ -135,6 +136,7 @@ to a Unix socket, umask may be set to the umask in force while the socket is cre
         _impl.run_application(self.application, environ, request.stdout,
                               None if self.multithreaded else self._appLock)
 
+    @_impl.runs_compiled('sanitize')
     def _sanitizeEnv(self, environ):
         """Fill-in/deduce missing values in environ (flup scgi_base.py:500-552).
 

@@ -2,7 +2,8 @@
 environ, error page, allow-list, socket) serving uwsgi's connection, with uWSGI's
 wsgi.url_scheme rule. flup has no uwsgi module: every name here is additive.
 """
-from flupfast import uwsgi_connection as _uwsgi
+from flupfast import _impl, uwsgi_connection as _uwsgi
+from flupfast.protocols.uwsgi import url_scheme
 from flupfast.server._scgi_ajp_base import install_console_handler
 from flupfast.server.scgi_base import BaseSCGIServer
 
@@ -26,9 +27,10 @@ class BaseUWSGIServer(BaseSCGIServer):
     # What the SCGI front ends' assemble() hands the mode to serve each accepted socket.
     _connectionClass = Connection
 
+    @_impl.runs_compiled('uwsgi_environ')
     def _environ_for(self, environ, stdin):
         """SCGI's environ, with wsgi.url_scheme by uWSGI's rule (UWSGI_SCHEME, HTTPS,
-        REQUEST_SCHEME; ``uwsgi_connection.url_scheme``)."""
+        REQUEST_SCHEME; ``protocols.uwsgi.url_scheme``)."""
         environ = super()._environ_for(environ, stdin)
-        environ['wsgi.url_scheme'] = _uwsgi.url_scheme(environ)
+        environ['wsgi.url_scheme'] = url_scheme(environ)
         return environ

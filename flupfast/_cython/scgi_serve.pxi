@@ -1,0 +1,303 @@
+# The compiled twin of flupfast/scgi_connection.py's ``serve``: one SCGI or uwsgi request on
+# its connection, from the request head to the flush, with the same calls, log lines, errors
+# and bytes. What it saves is the interpreter: the Python frames of the head's receive, the
+# output stream, flup's Request and the server's handler, _environ_for and _sanitizeEnv ran
+# for every request (bench/profile-new-connection.md section 10).
+#
+# The rules stay where they are, once: the codecs, the body stream and the gateway are the
+# compiled twins of this extension; the hooks a flup user may override (the connection's
+# ``_read_header`` and ``status_prefix``, the server's ``requestClass``, ``handler``,
+# ``_environ_for``, ``_sanitizeEnv``, ``error``) are looked up per request, and anything that
+# is not flupfast's own goes through Python exactly as the pure twin calls it. Only flupfast's
+# own methods are run here in C; their pure code is the reference (the tests run both).
+# Included last: it uses sockio.pxi's _recv_into, gateway.pxi's cores and output.pxi's
+# PartsWriter.
+
+import datetime as _datetime
+import logging as _logging
+import sys as _sys
+
+from flupfast import deadline as _deadline
+from flupfast import fastlog as _fastlog
+from flupfast import sockio as _sockio
+from flupfast.body import ClientDisconnected as _ClientDisconnected
+from flupfast.limits import COALESCE_LIMIT as _COALESCE_LIMIT
+from flupfast.output import is_regular_file as _is_regular_file
+from flupfast.protocols import uwsgi as _uwsgi_py
+from flupfast.scgi_body import BodySource as _BodySource
+from flupfast.serving.job import WAIT as _WAIT
+
+cdef object _INFO = _logging.INFO
+cdef object _DEBUG = _logging.DEBUG
+cdef object _thread_state = _sockio._thread_state
+cdef object _receive_buffer = _sockio.receive_buffer
+cdef dict _uwsgi_prefixes = _uwsgi_py._prefixes
+cdef object _uwsgi_prefix_of = _uwsgi_py.status_prefix
+cdef object _URL_SCHEMES = _uwsgi_py._SCHEMES
+cdef object _request_deadline = _deadline.request_deadline
+cdef object _log_info = _fastlog.info
+cdef object _readable = _fastlog.readable
+cdef object _now = _datetime.datetime.now
+cdef object _NoDefault = None  # flupfast.server's
+
+
+cdef inline object _runs_compiled(method):
+    """The kind _impl.runs_compiled marked ``method`` with, or None (an override)."""
+    return getattr(method, 'runs_compiled', None)
+
+
+cdef class RawOutputStream(PartsWriter):
+    """The twin of scgi_connection.RawOutputStream: the response on the connection's socket,
+    parts held (``hold``) up to COALESCE_LIMIT sent in one ``send_buffers``, as
+    ``Connection.send`` holds them; a regular file through ``sendfile``. An SCGI or uwsgi
+    connection carries one request, sent from its one thread: the stream holds the queue
+    itself, where the connection's (with its lock) serves FastCGI's multiplexed requests."""
+
+    cdef public object _conn
+    cdef public bint dataWritten
+    cdef public object status_prefix
+    cdef list _held
+    cdef Py_ssize_t _held_bytes
+
+    def __init__(self, conn):
+        self._conn = conn
+        self.dataWritten = False
+        self.status_prefix = CGI_STATUS_PREFIX
+        self._held = []
+        self._held_bytes = 0
+
+    def write_parts(self, parts, hold=False):
+        cdef list buffers = [part for part in parts if part]
+        if buffers:
+            self.dataWritten = True
+            self._send(buffers, hold)
+
+    cdef _send(self, list buffers, bint hold):
+        cdef list out
+        if hold:
+            for buf in buffers:
+                self._held_bytes += len(buf)
+            if self._held_bytes < _COALESCE_LIMIT:
+                self._held += buffers
+                return
+        out = self._held
+        out += buffers
+        self._held = []
+        self._held_bytes = 0
+        if out:
+            # By its module name, as Connection.send calls _impl's: a test's spy sees it.
+            send_buffers(self._conn._sock, out)
+
+    def flush(self):
+        self._send([], False)
+
+    def can_send_file(self, filelike):
+        return _is_regular_file(filelike)
+
+    def send_file(self, filelike):
+        """Send the rest of a regular file from its current position (``os.sendfile``)."""
+        self.flush()
+        self.dataWritten = True
+        self._conn.send_file(filelike)
+
+
+cdef tuple _read_head(conn, decode):
+    """SCGIConnection._read_header, compiled: (environ, content_length, body bytes received
+    with the head)."""
+    cdef Py_ssize_t n = 0
+    data = None
+    conn.idle = True  # no request byte yet: a stop may end the wait
+    try:
+        if conn.on_idle(conn, False) is _WAIT:
+            pair = getattr(_thread_state, 'recv', None)
+            if pair is None:
+                pair = _receive_buffer()
+            n = _recv_into(conn._sock, (<tuple>pair)[0], 0)
+            data = (<tuple>pair)[1][:n]
+    finally:
+        conn.idle = False
+    if n == 0:
+        raise EOFError  # closed before a request: a health check, not an error
+    decoded = decode(data)
+    if decoded is None:
+        head = bytearray(data)  # the head spans receives: gather it
+        while decoded is None:
+            data = conn.recv_some()
+            if not data:
+                raise conn.error('connection closed inside %s (%d bytes received)'
+                                 % (conn.head_name, len(head)))
+            head += data
+            decoded = decode(head)
+        data = head
+    environ, content_length, used = decoded
+    # Bytes beyond CONTENT_LENGTH are not ours to read: one request per connection.
+    return environ, content_length, bytes(data[used:used + content_length])
+
+
+cdef object _status_prefix(conn, cls, environ):
+    """conn.status_prefix(environ): SCGI's is CGI's ``Status:``; uwsgi's, the request's HTTP
+    version, from protocols.uwsgi's cache when it holds it."""
+    kind = _runs_compiled(cls.status_prefix)
+    if kind == 'cgi_prefix':
+        return CGI_STATUS_PREFIX
+    if kind == 'uwsgi_prefix':
+        prefix = _uwsgi_prefixes.get(environ.get('SERVER_PROTOCOL'))
+        if prefix is not None:
+            return prefix
+        return _uwsgi_prefix_of(environ)
+    return conn.status_prefix(environ)
+
+
+cdef str _uwsgi_url_scheme(environ):
+    """protocols.uwsgi.url_scheme."""
+    value = environ.get('UWSGI_SCHEME')
+    if value:
+        value = value.lower()
+        if value in _URL_SCHEMES:
+            return value
+    value = environ.get('HTTPS')
+    if value:
+        return 'https' if value.lower() in ('on', '1') else 'http'
+    value = environ.get('REQUEST_SCHEME')
+    if value:
+        value = value.lower()
+        if value in _URL_SCHEMES:
+            return value
+    return 'http'
+
+
+cdef bint _sanitize_common(environ, server) except -1:
+    """BaseSCGIServer._sanitizeEnv where it changes nothing but QUERY_STRING and SCRIPT_NAME
+    (no WSGI_SCRIPT_NAME, no configured scriptName, PATH_INFO sent: what nginx and Apache
+    send); False, with the environ untouched, for the method to do the rest."""
+    global _NoDefault
+    if environ.get('WSGI_SCRIPT_NAME') is not None:
+        return False
+    if _NoDefault is None:  # at the first request: importing flupfast must not load the servers
+        from flupfast.server import NoDefault
+        _NoDefault = NoDefault
+    script_name = server.scriptName
+    if script_name is not None and script_name is not _NoDefault:
+        return False
+    if script_name is not None and not environ.get('PATH_INFO'):
+        return False
+    if not environ.get('QUERY_STRING'):
+        uri = environ.get('REQUEST_URI')
+        if uri is None:
+            environ['QUERY_STRING'] = ''
+        else:
+            parts = uri.split('?', 1)
+            environ['QUERY_STRING'] = parts[1] if len(parts) > 1 else ''
+    if script_name is not None and 'SCRIPT_NAME' not in environ:
+        environ['SCRIPT_NAME'] = ''
+    return True
+
+
+cdef object _stock_environ_kind(server, request_class):
+    """'environ' or 'uwsgi_environ' (which _environ_for is in force) when the server's
+    request, handler, _environ_for and _sanitizeEnv are all flupfast's own; else None."""
+    if _runs_compiled(request_class.run) != 'request' or \
+            _runs_compiled(request_class.__init__) != 'request':
+        return None
+    cls = type(server)
+    if _runs_compiled(cls.handler) != 'handler' or \
+            _runs_compiled(cls._sanitizeEnv) != 'sanitize':
+        return None
+    kind = _runs_compiled(cls._environ_for)
+    if kind != 'environ' and kind != 'uwsgi_environ':
+        return None
+    own = getattr(server, '__dict__', None)
+    if own and ('handler' in own or '_sanitizeEnv' in own or '_environ_for' in own):
+        return None
+    return kind
+
+
+cdef _stock_handler(server, environ_kind, environ, stdin, output):
+    """BaseSCGIServer.handler with its _environ_for (SCGI's or uwsgi's) and _sanitizeEnv."""
+    _build_environ(environ, server.environ, stdin, _sys.stderr, server.multithreaded,
+                   server.multiprocess, False)
+    environ['wsgi.file_wrapper'] = _gw_FileWrapper
+    if environ_kind == 'uwsgi_environ':
+        environ['wsgi.url_scheme'] = _uwsgi_url_scheme(environ)
+    if not _sanitize_common(environ, server):
+        server._sanitizeEnv(environ)
+    _run_application(server.application, environ, output,
+                     None if server.multithreaded else server._appLock)
+
+
+cdef _run_stock_request(conn, server, request_class, environ_kind, environ, stdin,
+                        RawOutputStream output):
+    """request_class(conn, environ, stdin, output).run() (scgi_connection.SCGIRequest) with
+    the server's stock handler; the request itself is built only for ``server.error``."""
+    logger = conn.logger
+    # DEBUG is on only where INFO is: at flup's WARNING one check, not two.
+    cdef bint info = logger.isEnabledFor(_INFO)
+    cdef bint debug = info and logger.isEnabledFor(_DEBUG)
+    start = None
+    if info:  # the line's arguments only when logged
+        _log_info(logger, '%s %s', environ['REQUEST_METHOD'], _readable(
+            environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')))
+    if debug:
+        start = _now()
+    try:
+        _stock_handler(server, environ_kind, environ, stdin, output)
+    except _ClientDisconnected as exc:
+        logger.warning('%s %s: %s', environ['REQUEST_METHOD'], _readable(
+            environ.get('REQUEST_URI', environ.get('PATH_INFO', ''))), exc)
+    except Exception as exc:
+        if _gw_is_peer_gone(exc):
+            logger.debug('the web server went away: %s', exc)
+        else:
+            logger.exception('Exception caught from handler')
+            if output.dataWritten:
+                # SCGI ends at EOF: only a TCP reset tells the web server the response
+                # is cut short (``truncated-response-signalled``).
+                conn.end_abruptly(drain=conn.discard_body)
+            else:
+                server.error(request_class(conn, environ, stdin, output))
+    if debug:
+        elapsed = _now() - start
+        logger.debug('%s %s done (%.3f secs)', environ['REQUEST_METHOD'], _readable(
+            environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')),
+            elapsed.total_seconds())
+
+
+def serve_scgi(conn):
+    """Serve the one request of ``conn`` (an SCGIConnection); see scgi_connection.serve."""
+    cdef RawOutputStream output
+    cls = type(conn)
+    decode = None
+    if _runs_compiled(cls._read_header) == 'read_header':
+        # The codec the connection names (in _impl), by this module's name for it (looked
+        # up as a module global, as _impl's is: a test's spy sees it).
+        decoder = conn.decoder
+        if decoder == 'decode_scgi_request':
+            decode = decode_request
+        elif decoder == 'decode_uwsgi_request':
+            decode = decode_uwsgi_request
+    if decode is not None:
+        environ, content_length, first = _read_head(conn, decode)
+    else:
+        environ, content_length, first = conn._read_header()
+    body = _BodySource(conn, first, content_length)
+    conn._body = body
+    stdin = InputStream(body)
+    output = RawOutputStream.__new__(RawOutputStream)
+    output._conn = conn
+    output._held = []
+    output.status_prefix = _status_prefix(conn, cls, environ)
+    server = conn.server
+    request_class = server.requestClass
+    if conn._timeout:
+        with _request_deadline(conn._timeout, conn._timed_out):
+            request_class(conn, environ, stdin, output).run()
+    else:
+        environ_kind = _stock_environ_kind(server, request_class)
+        if environ_kind is not None:
+            _run_stock_request(conn, server, request_class, environ_kind, environ, stdin,
+                               output)
+        else:
+            request_class(conn, environ, stdin, output).run()
+    if not conn.closed:
+        output.flush()
+    conn.served = 1

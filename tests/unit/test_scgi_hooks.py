@@ -1,0 +1,141 @@
+"""flup's hooks around an SCGI or uwsgi request, overridden as flup users override them, on
+both backends and both protocols: the compiled request path (``serve_scgi``) runs flupfast's
+own request, handler, ``_environ_for`` and ``_sanitizeEnv`` in C, and must hand over to any
+override, on the class or on the instance, exactly where the pure path calls it. Also the
+``_sanitizeEnv`` cases the compiled path leaves to the method, reached through a request.
+"""
+import logging
+
+import pytest
+
+from flupfast.server import scgi_base
+from tests.unit.connection_harness import hello
+from tests.unit.scgi_harness import environ_app, protocol_fixture
+
+harness = protocol_fixture()
+
+
+def subclassed(harness, **attrs):
+    """The harness with its server class subclassed with ``attrs``."""
+    server_class = type('Server', (harness.server_class,), attrs)
+    return type('Harness', (harness,), {'server_class': server_class})
+
+
+def test_an_overridden_sanitize_env_is_called_on_every_request(harness):
+    """With PATH_INFO sent: the request the compiled path would sanitize itself."""
+    calls = []
+
+    def _sanitizeEnv(self, environ):
+        calls.append(environ['REQUEST_URI'])
+        harness.server_class._sanitizeEnv(self, environ)
+        environ['SCRIPT_NAME'] = '/mounted'
+    h = subclassed(harness, _sanitizeEnv=_sanitizeEnv)(environ_app)
+    env = eval(h.request('/a/b?x=1', path_info='/a/b')[2])
+    assert calls == ['/a/b?x=1']
+    assert (env['SCRIPT_NAME'], env['QUERY_STRING']) == ('/mounted', 'x=1')
+
+
+def test_an_overridden_environ_for_is_called(harness):
+    def _environ_for(self, environ, stdin):
+        environ = harness.server_class._environ_for(self, environ, stdin)
+        environ['wsgi.url_scheme'] = 'https'
+        return environ
+    h = subclassed(harness, _environ_for=_environ_for)(environ_app)
+    assert eval(h.request('/')[2])['wsgi.url_scheme'] == 'https'
+
+
+def test_a_handler_overridden_on_the_class_is_called(harness):
+    def handler(self, request):
+        request.stdout.write(request.status_prefix + b'203 Mine\r\n\r\n'
+                             + request.environ['REQUEST_URI'].encode())
+    h = subclassed(harness, handler=handler)(hello)
+    assert h.request('/x')[::2] == (b'203 Mine', b'/x')
+
+
+@pytest.mark.parametrize('name', ['_sanitizeEnv', '_environ_for'])
+def test_a_hook_set_on_the_instance_is_called(harness, name):
+    h = harness(environ_app)
+    stock = getattr(h.server, name)
+    called = []
+
+    def hook(*args):
+        called.append(name)
+        return stock(*args)
+    setattr(h.server, name, hook)
+    assert eval(h.request('/a', path_info='/a')[2])['PATH_INFO'] == '/a'
+    assert called == [name]
+
+
+def test_a_request_class_of_ones_own_runs(harness):
+    class Request(scgi_base.Request):
+        def run(self):
+            self.stdout.write(self.status_prefix + b'200 OK\r\n\r\nown request')
+    h = subclassed(harness, requestClass=Request)(hello)
+    assert h.request('/')[::2] == (b'200 OK', b'own request')
+
+
+def test_an_error_hook_of_ones_own_answers_a_raising_app(harness, caplog):
+    def error(self, request):
+        request.stdout.write(request.status_prefix + b'500 Mine\r\n\r\n'
+                             + request.environ['REQUEST_METHOD'].encode())
+
+    def app(environ, start_response):
+        raise RuntimeError('boom')
+    h = subclassed(harness, error=error)(app)
+    with caplog.at_level(logging.ERROR, logger=harness.logger):
+        assert h.request('/')[::2] == (b'500 Mine', b'GET')
+    assert 'Exception caught from handler' in caplog.text and 'boom' in caplog.text
+
+
+def test_a_connection_class_of_ones_own_reads_the_head_and_starts_the_response(harness):
+    heads = []
+
+    class Connection(harness.connection_class):
+        def _read_header(self):
+            head = super()._read_header()
+            heads.append(head[0]['REQUEST_URI'])
+            return head
+
+        def status_prefix(self, environ):
+            return b'HTTP/1.1 '
+    h = type('Harness', (harness,), {'connection_class': Connection,
+                                     'head': b'HTTP/1.1 '})(hello)
+    raw = h.raw(h.request_bytes('/seen'), shut=False)
+    assert raw.startswith(b'HTTP/1.1 200 OK\r\n') and raw.endswith(b'Hello world!\n')
+    assert heads == ['/seen']
+
+
+def test_a_configured_script_name_applies_to_a_request(harness):
+    h = harness(environ_app, scriptName='/app')
+    with pytest.warns(DeprecationWarning, match='Configured SCRIPT_NAME is deprecated'):
+        env = eval(h.request('/app/x?q=1', script_name='', path_info='/app/x')[2])
+    assert (env['SCRIPT_NAME'], env['PATH_INFO'], env['QUERY_STRING']) == \
+        ('/app', '/x', 'q=1')
+
+
+def test_script_name_none_leaves_the_path_as_sent(harness):
+    """scriptName=None (cgi2scgi): only an empty QUERY_STRING is filled in."""
+    h = harness(environ_app, scriptName=None)
+    env = eval(h.request('/a?q=2', path_info='', extra=[('QUERY_STRING', '')])[2])
+    assert (env['SCRIPT_NAME'], env['PATH_INFO'], env['QUERY_STRING']) == ('', '', 'q=2')
+
+
+def test_the_wsgi_script_name_variable_applies_to_a_request(harness):
+    h = harness(environ_app)
+    with pytest.warns(DeprecationWarning, match='WSGI_SCRIPT_NAME'):
+        env = eval(h.request('/a/b', script_name='/a/b', path_info='',
+                             extra=[('WSGI_SCRIPT_NAME', '/a')])[2])
+    assert (env['SCRIPT_NAME'], env['PATH_INFO']) == ('/a', '/b')
+
+
+def test_an_empty_path_info_is_derived_from_the_request_uri(harness):
+    h = harness(environ_app)
+    env = eval(h.request('/x/y%20z?k=v', path_info='', extra=[('QUERY_STRING', '')])[2])
+    assert (env['SCRIPT_NAME'], env['PATH_INFO'], env['QUERY_STRING']) == \
+        ('', '/x/y%20z', 'k=v')
+
+
+def test_a_query_string_sent_is_kept(harness):
+    h = harness(environ_app)
+    env = eval(h.request('/x?from=uri', extra=[('QUERY_STRING', 'sent=1')])[2])
+    assert env['QUERY_STRING'] == 'sent=1'
