@@ -80,6 +80,7 @@ TWINS = (
     ("decode_body_chunk", "decode_body_chunk", "flupfast.protocols.ajp", "decode_body_chunk"),
     ("frame_body", "frame_body", "flupfast.protocols.ajp", "frame_body"),
     ("InputStream", "InputStream", "flupfast.body", "InputStream"),
+    ("BodySource", "BodySource", "flupfast.scgi_body", "BodySource"),
     ("PartsWriter", "PartsWriter", "flupfast.output", "PartsWriter"),
     ("send_buffers", "send_buffers", "flupfast.output", "send_buffers"),
     ("recv_into", "recv_into", "flupfast.sockio", "recv_into"),
@@ -92,11 +93,12 @@ TWINS = (
     ("Response", "Response", "flupfast.gateway", "Response"),
     ("run_application", "run_application", "flupfast.gateway", "run_application"),
     ("serve_scgi", "serve_scgi", "flupfast.scgi_connection", "serve"),
+    ("run_scgi", "run_scgi", "flupfast.scgi_connection", "run"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
 # importing a codec must not load; the SCGI connection's serve imports this module.
-LAZY = frozenset({"serve_child", "Leader", "serve_scgi"})
+LAZY = frozenset({"serve_child", "Leader", "serve_scgi", "run_scgi"})
 
 
 def runs_compiled(kind):
@@ -131,7 +133,7 @@ def backend_twins(speedups=None, lazy=True):
         return twins
     from flupfast.scgi_body import open_streamed
     twins = {name: getattr(speedups, compiled) for name, compiled, _, _ in TWINS}
-    twins["open_scgi_body"] = open_streamed(twins["InputStream"])
+    twins["open_scgi_body"] = open_streamed(twins["InputStream"], twins["BodySource"])
     return twins
 
 

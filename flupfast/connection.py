@@ -59,6 +59,7 @@ class Connection(Job):
         self._send_lock = threading.Lock()
         self.closed = False
 
+    @_impl.runs_compiled('recv_some')
     def recv_some(self, limit=0):
         """One ``recv_into`` this thread's buffer, of at most ``limit`` bytes if given;
         returns a view of the new bytes (empty at EOF), valid until the next receive in this
@@ -136,6 +137,7 @@ class Connection(Job):
             pass  # the peer is gone already: closing is all that is left
         self.close()
 
+    @_impl.runs_compiled('close')
     def close(self):
         if not self.closed:
             self.closed = True

@@ -82,11 +82,12 @@ class BufferedBody(io.BufferedReader):
         pass
 
 
-def open_streamed(input_stream_class):
-    """``open_body`` over ``input_stream_class`` (the compiled InputStream)."""
+def open_streamed(input_stream_class, body_source_class=BodySource):
+    """``open_body`` over ``input_stream_class`` (the compiled InputStream) pulling from
+    ``body_source_class`` (this BodySource or its compiled twin)."""
     def open_body(conn, first, content_length):
         """(the body source, which counts what is ``left``; the app's wsgi.input)"""
-        source = BodySource(conn, first, content_length)
+        source = body_source_class(conn, first, content_length)
         return source, input_stream_class(source)
     return open_body
 

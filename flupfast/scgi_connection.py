@@ -148,6 +148,10 @@ class SCGIConnection(LoggedConnection):
         # Bytes beyond CONTENT_LENGTH are not ours to read: one request per connection.
         return environ, content_length, bytes(data[used:used + content_length])
 
+    def run(self):
+        return _impl.run_scgi(self)
+
+    @_impl.runs_compiled('serve')
     def _serve(self):
         _impl.serve_scgi(self)
 
@@ -166,6 +170,7 @@ class SCGIConnection(LoggedConnection):
         environ = self._read_header()[0]
         self.send([overloaded_response(self.status_prefix(environ))])
 
+    @_impl.runs_compiled('scgi_finish')
     def _finish(self):
         """Close; when body bytes may still be on the way, close lingering so the web
         server reads our response instead of a reset. The body source is dropped: it refers
@@ -197,3 +202,10 @@ def serve(conn):
     if not conn.closed:
         output.flush()
     conn.served = 1
+
+
+def run(conn):
+    """``run()`` of an SCGI connection: flup's connection loop (``LoggedConnection.run``)
+    around ``_serve``; the compiled twin runs the loop, ``serve`` and ``_finish`` in C while
+    they are flupfast's own."""
+    return LoggedConnection.run(conn)

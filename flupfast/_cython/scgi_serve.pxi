@@ -21,10 +21,11 @@ from flupfast import deadline as _deadline
 from flupfast import fastlog as _fastlog
 from flupfast import sockio as _sockio
 from flupfast.body import ClientDisconnected as _ClientDisconnected
-from flupfast.limits import COALESCE_LIMIT as _COALESCE_LIMIT
+from flupfast.gateway import is_peer_gone as _is_peer_gone
+from flupfast.limits import COALESCE_LIMIT as _COALESCE_LIMIT, RECV_BUFFER_SIZE as _RECV_SIZE
+from flupfast.protocols.errors import ProtocolError as _ProtocolError
 from flupfast.output import is_regular_file as _is_regular_file
 from flupfast.protocols import uwsgi as _uwsgi_py
-from flupfast.scgi_body import BodySource as _BodySource
 from flupfast.serving.job import WAIT as _WAIT
 
 cdef object _INFO = _logging.INFO
@@ -42,8 +43,146 @@ cdef object _NoDefault = None  # flupfast.server's
 
 
 cdef inline object _runs_compiled(method):
-    """The kind _impl.runs_compiled marked ``method`` with, or None (an override)."""
+    """The kind _impl.runs_compiled marked ``method`` with, or None (an override, or none)."""
     return getattr(method, 'runs_compiled', None)
+
+
+# Which of a class's methods are flupfast's own is worked out once per class and kept while
+# the class is unchanged: CPython gives a class a new version tag whenever it or a base is
+# modified (a method replaced), the tag its own attribute cache is keyed by. Looked up per
+# request instead, the marks cost about 4,000 instructions (bench/profile-new-connection.md
+# section 10). A tag of 0 (none assigned) is never kept.
+cdef extern from *:
+    """
+    static unsigned int flupfast_type_version(PyObject *cls) {
+        PyTypeObject *tp = (PyTypeObject *)cls;
+        return (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+    }
+    """
+    unsigned int flupfast_type_version(object cls)
+
+cdef enum:
+    # A connection class's own methods (flags of _conn_plan)
+    _OWN_READ_HEADER = 1
+    _OWN_CGI_PREFIX = 2
+    _OWN_UWSGI_PREFIX = 4
+    _OWN_SERVE = 8
+    _OWN_FINISH = 16
+    _OWN_CLOSE = 32
+    _OWN_RECV = 64
+    # A server class's (flags of _server_plan); a request class's is _OWN_REQUEST
+    _OWN_HANDLER = 128
+    _OWN_ENVIRON = 256
+    _OWN_UWSGI_ENVIRON = 512
+    _OWN_REQUEST = 1024
+
+
+cdef class _ClassPlan:
+    """One class's flags, kept with the version tag they were worked out for."""
+    cdef object cls
+    cdef unsigned int version
+    cdef int flags
+
+    cdef int get(self, cls, int (*work_out)(object) except -1) except -1:
+        cdef unsigned int version = flupfast_type_version(cls)
+        if version and version == self.version and cls is self.cls:
+            return self.flags
+        flags = work_out(cls)
+        version = flupfast_type_version(cls)  # assigned by the lookups, if it was not
+        if version:
+            self.flags = flags
+            self.version = version
+            self.cls = cls
+        return flags
+
+
+cdef int _work_out_conn(cls) except -1:
+    cdef int flags = 0
+    if _runs_compiled(getattr(cls, '_read_header', None)) == 'read_header':
+        flags |= _OWN_READ_HEADER
+    kind = _runs_compiled(getattr(cls, 'status_prefix', None))
+    if kind == 'cgi_prefix':
+        flags |= _OWN_CGI_PREFIX
+    elif kind == 'uwsgi_prefix':
+        flags |= _OWN_UWSGI_PREFIX
+    if _runs_compiled(getattr(cls, '_serve', None)) == 'serve':
+        flags |= _OWN_SERVE
+    if _runs_compiled(getattr(cls, '_finish', None)) == 'scgi_finish':
+        flags |= _OWN_FINISH
+    if _runs_compiled(getattr(cls, 'close', None)) == 'close':
+        flags |= _OWN_CLOSE
+    if _runs_compiled(getattr(cls, 'recv_some', None)) == 'recv_some':
+        flags |= _OWN_RECV
+    return flags
+
+
+cdef int _work_out_server(cls) except -1:
+    """_OWN_HANDLER when handler and _sanitizeEnv are flupfast's, with which _environ_for."""
+    if _runs_compiled(getattr(cls, 'handler', None)) != 'handler' or \
+            _runs_compiled(getattr(cls, '_sanitizeEnv', None)) != 'sanitize':
+        return 0
+    kind = _runs_compiled(getattr(cls, '_environ_for', None))
+    if kind == 'environ':
+        return _OWN_HANDLER | _OWN_ENVIRON
+    if kind == 'uwsgi_environ':
+        return _OWN_HANDLER | _OWN_UWSGI_ENVIRON
+    return 0
+
+
+cdef int _work_out_request(cls) except -1:
+    if _runs_compiled(getattr(cls, 'run', None)) == 'request' and _runs_compiled(getattr(cls, '__init__', None)) == 'request':
+        return _OWN_REQUEST
+    return 0
+
+
+# One entry each: a process serves one server class, one connection class, one request class.
+cdef _ClassPlan _conn_plan = _ClassPlan()
+cdef _ClassPlan _server_plan = _ClassPlan()
+cdef _ClassPlan _request_plan = _ClassPlan()
+
+
+cdef object _receive(conn, Py_ssize_t limit):
+    """``conn.recv_some(limit)`` as bytes: Connection.recv_some's receive into this thread's
+    buffer, copied out at once; an overriding ``recv_some`` is called."""
+    cdef Py_ssize_t n
+    if not _conn_plan.get(type(conn), _work_out_conn) & _OWN_RECV:
+        return bytes(conn.recv_some(limit))
+    pair = getattr(_thread_state, 'recv', None)
+    if pair is None:
+        pair = _receive_buffer()
+    buf = (<tuple>pair)[0]
+    if limit > _RECV_SIZE:
+        limit = _RECV_SIZE
+    n = _recv_into(conn._sock, buf, limit)
+    return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buf), n)
+
+
+cdef class BodySource:
+    """The twin of scgi_body.BodySource: wsgi.input's ``pull()``, the body bytes that came
+    with the head, then the socket, never past CONTENT_LENGTH (``left``)."""
+
+    cdef object _conn
+    cdef object _first
+    cdef public object left
+
+    def __init__(self, conn, first, content_length):
+        self._conn = conn
+        self._first = first
+        self.left = content_length - len(first)
+
+    def __call__(self):
+        first = self._first
+        if first:
+            self._first = None
+            return first
+        if self.left <= 0:
+            return b''
+        data = _receive(self._conn, self.left)
+        if not data:
+            raise _ClientDisconnected('the web server closed the connection with %d bytes of '
+                                      'the body (CONTENT_LENGTH) still to come' % self.left)
+        self.left -= len(<bytes>data)
+        return data
 
 
 cdef class RawOutputStream(PartsWriter):
@@ -134,13 +273,12 @@ cdef tuple _read_head(conn, decode):
     return environ, content_length, bytes(data[used:used + content_length])
 
 
-cdef object _status_prefix(conn, cls, environ):
+cdef object _status_prefix(conn, int flags, environ):
     """conn.status_prefix(environ): SCGI's is CGI's ``Status:``; uwsgi's, the request's HTTP
     version, from protocols.uwsgi's cache when it holds it."""
-    kind = _runs_compiled(cls.status_prefix)
-    if kind == 'cgi_prefix':
+    if flags & _OWN_CGI_PREFIX:
         return CGI_STATUS_PREFIX
-    if kind == 'uwsgi_prefix':
+    if flags & _OWN_UWSGI_PREFIX:
         prefix = _uwsgi_prefixes.get(environ.get('SERVER_PROTOCOL'))
         if prefix is not None:
             return prefix
@@ -193,31 +331,26 @@ cdef bint _sanitize_common(environ, server) except -1:
     return True
 
 
-cdef object _stock_environ_kind(server, request_class):
-    """'environ' or 'uwsgi_environ' (which _environ_for is in force) when the server's
-    request, handler, _environ_for and _sanitizeEnv are all flupfast's own; else None."""
-    if _runs_compiled(request_class.run) != 'request' or \
-            _runs_compiled(request_class.__init__) != 'request':
-        return None
-    cls = type(server)
-    if _runs_compiled(cls.handler) != 'handler' or \
-            _runs_compiled(cls._sanitizeEnv) != 'sanitize':
-        return None
-    kind = _runs_compiled(cls._environ_for)
-    if kind != 'environ' and kind != 'uwsgi_environ':
-        return None
+cdef int _stock_handler_flags(server, request_class) except -1:
+    """The server plan's flags when the server's request, handler, _environ_for and
+    _sanitizeEnv are all flupfast's own, on the classes and the instance; else 0."""
+    if not _request_plan.get(request_class, _work_out_request):
+        return 0
+    cdef int flags = _server_plan.get(type(server), _work_out_server)
+    if not flags:
+        return 0
     own = getattr(server, '__dict__', None)
     if own and ('handler' in own or '_sanitizeEnv' in own or '_environ_for' in own):
-        return None
-    return kind
+        return 0
+    return flags
 
 
-cdef _stock_handler(server, environ_kind, environ, stdin, output):
+cdef _stock_handler(server, int flags, environ, stdin, output):
     """BaseSCGIServer.handler with its _environ_for (SCGI's or uwsgi's) and _sanitizeEnv."""
     _build_environ(environ, server.environ, stdin, _sys.stderr, server.multithreaded,
                    server.multiprocess, False)
     environ['wsgi.file_wrapper'] = _gw_FileWrapper
-    if environ_kind == 'uwsgi_environ':
+    if flags & _OWN_UWSGI_ENVIRON:
         environ['wsgi.url_scheme'] = _uwsgi_url_scheme(environ)
     if not _sanitize_common(environ, server):
         server._sanitizeEnv(environ)
@@ -225,7 +358,7 @@ cdef _stock_handler(server, environ_kind, environ, stdin, output):
                      None if server.multithreaded else server._appLock)
 
 
-cdef _run_stock_request(conn, server, request_class, environ_kind, environ, stdin,
+cdef _run_stock_request(conn, server, request_class, int flags, environ, stdin,
                         RawOutputStream output):
     """request_class(conn, environ, stdin, output).run() (scgi_connection.SCGIRequest) with
     the server's stock handler; the request itself is built only for ``server.error``."""
@@ -240,7 +373,7 @@ cdef _run_stock_request(conn, server, request_class, environ_kind, environ, stdi
     if debug:
         start = _now()
     try:
-        _stock_handler(server, environ_kind, environ, stdin, output)
+        _stock_handler(server, flags, environ, stdin, output)
     except _ClientDisconnected as exc:
         logger.warning('%s %s: %s', environ['REQUEST_METHOD'], _readable(
             environ.get('REQUEST_URI', environ.get('PATH_INFO', ''))), exc)
@@ -264,10 +397,14 @@ cdef _run_stock_request(conn, server, request_class, environ_kind, environ, stdi
 
 def serve_scgi(conn):
     """Serve the one request of ``conn`` (an SCGIConnection); see scgi_connection.serve."""
+    _serve(conn, _conn_plan.get(type(conn), _work_out_conn))
+
+
+cdef _serve(conn, int flags):
     cdef RawOutputStream output
-    cls = type(conn)
+    cdef int handler_flags
     decode = None
-    if _runs_compiled(cls._read_header) == 'read_header':
+    if flags & _OWN_READ_HEADER:
         # The codec the connection names (in _impl), by this module's name for it (looked
         # up as a module global, as _impl's is: a test's spy sees it).
         decoder = conn.decoder
@@ -279,25 +416,83 @@ def serve_scgi(conn):
         environ, content_length, first = _read_head(conn, decode)
     else:
         environ, content_length, first = conn._read_header()
-    body = _BodySource(conn, first, content_length)
+    body = BodySource(conn, first, content_length)
     conn._body = body
     stdin = InputStream(body)
     output = RawOutputStream.__new__(RawOutputStream)
     output._conn = conn
     output._held = []
-    output.status_prefix = _status_prefix(conn, cls, environ)
+    output.status_prefix = _status_prefix(conn, flags, environ)
     server = conn.server
     request_class = server.requestClass
     if conn._timeout:
         with _request_deadline(conn._timeout, conn._timed_out):
             request_class(conn, environ, stdin, output).run()
     else:
-        environ_kind = _stock_environ_kind(server, request_class)
-        if environ_kind is not None:
-            _run_stock_request(conn, server, request_class, environ_kind, environ, stdin,
+        handler_flags = _stock_handler_flags(server, request_class)
+        if handler_flags:
+            _run_stock_request(conn, server, request_class, handler_flags, environ, stdin,
                                output)
         else:
             request_class(conn, environ, stdin, output).run()
     if not conn.closed:
         output.flush()
     conn.served = 1
+
+
+cdef _close(conn, int flags):
+    """conn.close(): Connection.close's, or an override."""
+    if not flags & _OWN_CLOSE:
+        conn.close()
+    elif not conn.closed:
+        conn.closed = True
+        try:
+            close_socket(conn._sock)  # by its module name, as Connection.close calls _impl's
+        except OSError:
+            pass
+
+
+cdef _finish(conn, int flags):
+    """conn._finish(): SCGIConnection._finish's, or an override."""
+    if not flags & _OWN_FINISH:
+        conn._finish()
+        return
+    body = conn._body
+    conn._body = None
+    if body is not None and body.left > 0:
+        conn.linger_close()
+    else:
+        _close(conn, flags)
+
+
+def run_scgi(conn):
+    """``run()`` of an SCGI connection; see scgi_connection.run (LoggedConnection.run's
+    loop, with ``serve`` and ``_finish``)."""
+    cdef int flags = _conn_plan.get(type(conn), _work_out_conn)
+    addr = conn._addr
+    cdef bint tcp = isinstance(addr, tuple) and len(<tuple>addr) >= 2
+    logger = conn.logger
+    if tcp:
+        logger.debug('Connection starting up (%s:%d)', addr[0], addr[1])
+    try:
+        if flags & _OWN_SERVE:
+            _serve(conn, flags)
+        else:
+            conn._serve()
+    except _ProtocolError as exc:
+        logger.error("Protocol error '%s'", exc)
+    except EOFError:
+        pass  # closed before a request: a health check, not an error
+    except _ClientDisconnected as exc:
+        logger.warning('%s', exc)
+    except OSError as exc:
+        if not _is_peer_gone(exc):
+            logger.exception('Exception caught in Connection')
+    except Exception:
+        logger.exception('Exception caught in Connection')
+    finally:
+        if not conn.parked:
+            _finish(conn, flags)
+    if tcp:
+        logger.debug('Connection shutting down (%s:%d)', addr[0], addr[1])
+    return conn.served

@@ -21,7 +21,8 @@ class SCGIHarness(ConnectionHarness):
     server_class = scgi_base.BaseSCGIServer
     logger = 'scgi-wsgi'
     head = b'Status: '   # what the response starts with, before the status
-    twins = ('decode_scgi_request', 'InputStream', 'open_scgi_body', 'serve_scgi')
+    twins = ('decode_scgi_request', 'InputStream', 'open_scgi_body', 'serve_scgi',
+             'run_scgi')
     request_bytes = staticmethod(scgi_client.request_bytes)
     parse = staticmethod(scgi_client.parse_response)
 
@@ -61,7 +62,8 @@ class UWSGIHarness(SCGIHarness):
     server_class = uwsgi_base.BaseUWSGIServer
     logger = 'uwsgi-wsgi'
     head = b'HTTP/1.1 '  # the request's SERVER_PROTOCOL (request_bytes sends HTTP/1.1)
-    twins = ('decode_uwsgi_request', 'InputStream', 'open_scgi_body', 'serve_scgi')
+    twins = ('decode_uwsgi_request', 'InputStream', 'open_scgi_body', 'serve_scgi',
+             'run_scgi')
     request_bytes = staticmethod(uwsgi_client.request_bytes)
     parse = staticmethod(uwsgi_client.parse_response)
 

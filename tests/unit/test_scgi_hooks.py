@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
+from flupfast import scgi_connection
 from flupfast.server import scgi_base
-from tests.unit.connection_harness import hello
+from tests.unit.connection_harness import echo, hello
 from tests.unit.scgi_harness import environ_app, protocol_fixture
 
 harness = protocol_fixture()
@@ -139,3 +140,61 @@ def test_a_query_string_sent_is_kept(harness):
     h = harness(environ_app)
     env = eval(h.request('/x?from=uri', extra=[('QUERY_STRING', 'sent=1')])[2])
     assert env['QUERY_STRING'] == 'sent=1'
+
+
+def test_a_connection_class_of_ones_own_serves_receives_finishes_and_closes(harness):
+    """The connection loop's own methods, overridden: each is called (the compiled loop runs
+    flupfast's in C only while they are in force)."""
+    calls = []
+
+    class Connection(harness.connection_class):
+        def _serve(self):
+            calls.append('_serve')
+            super()._serve()
+
+        def recv_some(self, limit=0):
+            calls.append('recv_some')
+            return super().recv_some(limit)
+
+        def _finish(self):
+            calls.append('_finish')
+            super()._finish()
+
+        def close(self):
+            calls.append('close')
+            super().close()
+    body = b'x' * (1 << 20)
+    h = type('Harness', (harness,), {'connection_class': Connection})(echo)
+    status, _, answer = h.request('/', method='POST', body=body)
+    h.join()
+    assert (status, answer.split()[1]) == (b'200 OK', b'%d' % len(body))
+    assert calls[0] == '_serve' and 'recv_some' in calls and calls[-2:] == ['_finish', 'close']
+
+
+def test_a_method_patched_into_flupfasts_class_between_requests_is_called(harness,
+                                                                           monkeypatch):
+    """flup-era sites patch the library's own classes: a patch made after requests were
+    served (and the compiled path knew the classes) counts from the next request on, and
+    so does undoing it."""
+    h = harness(environ_app)
+    assert eval(h.request('/a', path_info='/a')[2])['SCRIPT_NAME'] == ''
+    finished = []
+    stock_sanitize = harness.server_class._sanitizeEnv
+    stock_finish = harness.connection_class._finish
+
+    def _sanitizeEnv(self, environ):
+        stock_sanitize(self, environ)
+        environ['SCRIPT_NAME'] = '/patched'
+
+    def _finish(self):
+        finished.append(True)
+        stock_finish(self)
+    monkeypatch.setattr(scgi_base.BaseSCGIServer, '_sanitizeEnv', _sanitizeEnv)
+    monkeypatch.setattr(scgi_connection.SCGIConnection, '_finish', _finish)
+    assert eval(h.request('/a', path_info='/a')[2])['SCRIPT_NAME'] == '/patched'
+    h.join()
+    assert finished == [True]
+    monkeypatch.undo()
+    assert eval(h.request('/a', path_info='/a')[2])['SCRIPT_NAME'] == ''
+    h.join()
+    assert finished == [True]
