@@ -77,14 +77,16 @@ AJP_DEFAULT_MAX_DATA = AJP_DEFAULT_PACKET - 8
 
 # AJP13 request body asked for ahead of the app's reads (ajp_connection._BodySource): further
 # GET_BODY_CHUNKs go out while the answers they may bring, a packet's worth each, add up to at
-# most this many bytes. 32 KiB is four of mod_proxy_ajp's default 8 KiB packets (8186 data
-# bytes each), topped up two at a time: the web server always has an ask queued, and a 100 MiB
-# upload through Apache took a median 0.71 s instead of 0.98 s, with 0.8 instead of 2 of our
-# system calls per packet (bench/README.md, "AJP13 upload pipeline"). Not more: the answers in
-# flight must fit a loopback TCP receive buffer (128 KiB at first), so the web server never
-# blocks sending answers the app has not read while the app, done reading, sends a large
-# response (a deadlock). At 64 KiB packets this is one ask at a time, as before.
-AJP_BODY_AHEAD = 32768
+# most this many bytes. 128 KiB is sixteen of mod_proxy_ajp's default 8 KiB packets (8186
+# data bytes each; two 64 KiB ones), topped up half at a time: a 100 MiB upload through Apache
+# at 8 KiB packets took a median 0.27 s, against 0.43 s with 64 KiB ahead, 0.69 s with 32 KiB
+# and 1.2 s with 16 KiB (bench.scenarios.ajp_upload, 5 runs each, one sitting). The answers in
+# flight must never block the web server while the app, done reading, sends a large response
+# (both sides would wait sending): they fit the loopback TCP connection's receive window and
+# the web server's send buffer, which Linux grows (tcp_wmem), and a Unix socket's default
+# 208 KiB. tests/integration/test_apache_ajp.py answers 4 MiB after reading 10,000 bytes of a
+# 4 MiB upload with these asks in flight.
+AJP_BODY_AHEAD = 131072
 
 # Thread mode: connections accepted while every worker thread is busy wait in the pool's queue,
 # at most this many; each is answered when a thread frees up. Beyond it a connection gets the

@@ -13,6 +13,7 @@ no PATH_INFO, and flup then slices one out of the raw REQUEST_URI):
   /upload?mode=M        read all of wsgi.input with M (read, read65536, readline,
                         readline65536, iter); JSON {"length": n, "sha256": hex, ...}
   /upload?limit=N       read only the first N bytes (read(65536) calls), then answer
+  /upload?pad=N         the JSON answer carries N more bytes ("pad"): a large answer
   /download?size=N      ONE bytes object of N pattern bytes; header X-Sha256
   /stream?chunks=N&size=M   a generator of N chunks of M pattern bytes
   /write                body sent through start_response's write(); returns []
@@ -207,7 +208,8 @@ def app(environ, start_response):
         return _json(start_response, {
             "length": length, "sha256": h.hexdigest(), "mode": mode, "pieces": pieces,
             "content_length": environ.get("CONTENT_LENGTH"),
-            "seconds": round(time.monotonic() - started, 3)})
+            "seconds": round(time.monotonic() - started, 3),
+            "pad": "x" * int(query.get("pad", "0"))})
 
     if route == "/download":
         body = pattern_bytes(int(query.get("size", "0")))

@@ -232,6 +232,23 @@ class _PartialReadSuite:
         front.assert_alive()
 
 
+    def test_partial_read_then_a_large_answer(self, front):
+        """An app that stops reading with asks in flight and answers 4 MiB: the web server's
+        answers to those asks fit the socket buffers on the way (limits.AJP_BODY_AHEAD), so
+        it goes on reading the response; asks beyond them would leave both sides blocked
+        sending (Apache's answers, our response) until the client's timeout."""
+        size, pad = 4 << 20, 4 << 20
+        with contextlib.closing(front.client(timeout=30)) as c:
+            resp = c.request("POST", front.url("/upload?mode=read65536&limit=10000&pad=%d"
+                                               % pad),
+                             body=probe.pattern_chunks(size),
+                             headers={"Content-Length": str(size)})
+            assert resp.status == 200, (resp.status, resp.body[:300])
+            got = resp.json()
+            assert (got["length"], len(got["pad"])) == (10000, pad)
+        front.assert_alive()
+
+
 class TestApacheAjpPartialRead(_PartialReadSuite):
     """Thread mode."""
 
