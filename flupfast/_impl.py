@@ -94,6 +94,7 @@ TWINS = (
     ("run_application", "run_application", "flupfast.gateway", "run_application"),
     ("serve_scgi", "serve_scgi", "flupfast.scgi_connection", "serve"),
     ("run_scgi", "run_scgi", "flupfast.scgi_connection", "run"),
+    ("uwsgi_url_scheme", "uwsgi_url_scheme", "flupfast.protocols.uwsgi", "url_scheme"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
@@ -103,11 +104,13 @@ LAZY = frozenset({"serve_child", "Leader", "serve_scgi", "run_scgi"})
 
 def runs_compiled(kind):
     """Mark a method of flupfast's SCGI/uwsgi request path whose code the compiled
-    ``serve_scgi`` runs itself, in C, while it is the method in force: an override (on a
-    subclass or the instance, or a function patched in) carries no mark and is called where
-    the pure path calls it. ``kind`` names which twin in _cython/scgi_serve.pxi takes over."""
+    ``serve_scgi``/``run_scgi`` run themselves, in C, while it is the method in force
+    (_cython/scgi_serve.pxi, by identity, per class): an override on a subclass, or a function
+    patched into the class, is called where the pure path calls it. ``kind`` names which
+    twin takes over."""
     def mark(method):
-        method.runs_compiled = kind
+        if _speedups is not None:
+            _speedups.OWN_METHODS[kind] = method
         return method
     return mark
 

@@ -60,7 +60,7 @@ class _BodySource:
     owed when the request ends are read off the wire (``finish``) before the next request's
     packets."""
 
-    __slots__ = ('_conn', 'left', 'asked', 'promised', 'ahead', 'ended')
+    __slots__ = ('_conn', 'left', 'asked', 'promised', 'ahead', 'ended', 'sized')
 
     def __init__(self, conn, content_length):
         self._conn = conn
@@ -69,6 +69,7 @@ class _BodySource:
         self.promised = 0  # their sum
         self.ahead = conn.body_ahead
         self.ended = content_length == 0
+        self.sized = not content_length  # the first answer has shown the web server's packets
         if content_length:  # mod_proxy_ajp pushes the first chunk, a packet's worth at most
             self._owe(MAX_BODY_REQUEST)
 
@@ -119,7 +120,12 @@ class _BodySource:
     def __call__(self):
         if self.ended:
             return b''
-        self._ask()
+        # The asks ahead go out once the pushed first chunk has shown the web server's packet
+        # size: sized by ours, they would hold up to 8 times AJP_BODY_AHEAD in flight from a
+        # web server with 64 KiB packets (ProxyIOBufferSize 65536).
+        first = not self.sized
+        if not first:
+            self._ask()
         data = self._answer()
         if not data:
             self.ended = True
@@ -134,6 +140,10 @@ class _BodySource:
             self.left -= len(data)
             if not self.left:
                 self.ended = True
+        if first:
+            self.sized = True
+            if not self.ended:
+                self._ask()
         return data
 
     def finish(self):
@@ -259,7 +269,7 @@ class AJPConfig:
         self.packet_size = packet_size
         self.body_chunk = body_chunk_size(packet_size)
         # A web server's body packet of the same size carries its length (2) after the
-        # header (4): 8186 bytes at 8 KiB, so four asks in flight.
+        # header (4): 8186 bytes at 8 KiB, so sixteen asks in flight.
         self.body_ahead = body_asks_ahead(packet_size - 6)
 
 

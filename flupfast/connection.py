@@ -70,6 +70,7 @@ class Connection(Job):
             limit = RECV_BUFFER_SIZE
         return view[:_impl.recv_into(self._sock, buf, limit)]
 
+    @_impl.runs_compiled('send')
     def send(self, buffers, hold=False):
         """Queue ``buffers``; send everything queued unless ``hold`` and under the limit."""
         with self._send_lock:

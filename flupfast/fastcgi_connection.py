@@ -17,7 +17,7 @@ from operator import attrgetter
 
 from flupfast import _impl
 from flupfast.body import ClientDisconnected, Spool
-from flupfast.connection import Connection, receive_buffer
+from flupfast.connection import Connection
 from flupfast.deadline import request_deadline
 from flupfast.fastcgi_streams import RequestIO, StderrStream, StdoutStream, _completed_records
 from flupfast.gateway import is_peer_gone
@@ -26,6 +26,7 @@ from flupfast.output import OVERLOADED_CGI_RESPONSE, shutdown_quietly
 from flupfast.protocols import fastcgi as fcgi
 from flupfast.protocols.errors import ProtocolError
 from flupfast.serving.job import PARK, WAIT
+from flupfast.sockio import receive_buffer
 
 logger = logging.getLogger('flupfast')
 

@@ -76,16 +76,18 @@ AJP_DEFAULT_PACKET = 8192
 AJP_DEFAULT_MAX_DATA = AJP_DEFAULT_PACKET - 8
 
 # AJP13 request body asked for ahead of the app's reads (ajp_connection._BodySource): further
-# GET_BODY_CHUNKs go out while the answers they may bring, a packet's worth each, add up to at
-# most this many bytes. 128 KiB is sixteen of mod_proxy_ajp's default 8 KiB packets (8186
-# data bytes each; two 64 KiB ones), topped up half at a time: a 100 MiB upload through Apache
-# at 8 KiB packets took a median 0.27 s, against 0.43 s with 64 KiB ahead, 0.69 s with 32 KiB
-# and 1.2 s with 16 KiB (bench.scenarios.ajp_upload, 5 runs each, one sitting). The answers in
-# flight must never block the web server while the app, done reading, sends a large response
-# (both sides would wait sending): they fit the loopback TCP connection's receive window and
-# the web server's send buffer, which Linux grows (tcp_wmem), and a Unix socket's default
-# 208 KiB. tests/integration/test_apache_ajp.py answers 4 MiB after reading 10,000 bytes of a
-# 4 MiB upload with these asks in flight.
+# GET_BODY_CHUNKs go out, once the pushed first chunk has shown the web server's packet size,
+# while the answers they may bring, a packet's worth each, add up to at most this many bytes:
+# sixteen of mod_proxy_ajp's default 8 KiB packets (8186 data bytes each), two 64 KiB ones,
+# topped up half at a time. A 100 MiB upload through Apache at 8 KiB packets took medians of
+# 0.27-0.58 s, against 0.64-0.69 s with 32 KiB ahead (0.43 s at 64 KiB, 1.2 s at 16 KiB;
+# bench/README.md, "AJP13 upload, 128 KiB asked ahead"). The answers in flight must never
+# block the web server while the app, done reading, sends a large response (both sides would
+# wait sending). On Linux they fit: a loopback or LAN TCP connection's receive window plus the
+# web server's send buffer, which the kernel grows (tcp_wmem), and a Unix socket's default
+# 208 KiB (net.core.wmem_default); tests/integration/test_apache_ajp.py answers 4 MiB after
+# reading 10,000 bytes of a 4 MiB upload with the asks in flight. Elsewhere the margins are
+# the platform's (macOS buffers 8 KiB on a Unix socket).
 AJP_BODY_AHEAD = 131072
 
 # Thread mode: connections accepted while every worker thread is busy wait in the pool's queue,

@@ -55,7 +55,7 @@ class SCGIRequest:
     ``stdout`` and ``run``, the names a ``handler``/``error`` override uses); its connection
     gives the logger and what starts the response head (``status_prefix``)."""
 
-    @_impl.runs_compiled('request')
+    @_impl.runs_compiled('request_init')
     def __init__(self, conn, environ, input, output):
         self._conn = conn
         self.environ = environ
@@ -67,7 +67,7 @@ class SCGIRequest:
         self.status_prefix = getattr(output, 'status_prefix', None) \
             or conn.status_prefix(environ)
 
-    @_impl.runs_compiled('request')
+    @_impl.runs_compiled('request_run')
     def run(self):
         """Run the handler; on an exception log it and answer the 500 page if nothing was
         sent yet (flup scgi_base.py:150-175)."""

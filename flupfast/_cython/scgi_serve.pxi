@@ -1,17 +1,18 @@
-# The compiled twin of flupfast/scgi_connection.py's ``serve``: one SCGI or uwsgi request on
-# its connection, from the request head to the flush, with the same calls, log lines, errors
-# and bytes. What it saves is the interpreter: the Python frames of the head's receive, the
-# output stream, flup's Request and the server's handler, _environ_for and _sanitizeEnv ran
-# for every request (bench/profile-new-connection.md section 10).
+# The compiled twins of flupfast/scgi_connection.py's ``run`` and ``serve``: one SCGI or uwsgi
+# connection and its request, from the request head to the close, with the same calls, log
+# lines, errors and bytes. What it saves is the interpreter: the Python frames of the head's
+# receive, the body source and output stream, flup's Request and the server's handler,
+# _environ_for and _sanitizeEnv ran for every request (bench/profile-new-connection.md
+# section 10).
 #
 # The rules stay where they are, once: the codecs, the body stream and the gateway are the
-# compiled twins of this extension; the hooks a flup user may override (the connection's
-# ``_read_header`` and ``status_prefix``, the server's ``requestClass``, ``handler``,
-# ``_environ_for``, ``_sanitizeEnv``, ``error``) are looked up per request, and anything that
-# is not flupfast's own goes through Python exactly as the pure twin calls it. Only flupfast's
-# own methods are run here in C; their pure code is the reference (the tests run both).
-# Included last: it uses sockio.pxi's _recv_into, gateway.pxi's cores and output.pxi's
-# PartsWriter.
+# compiled twins of this extension. What a user may override runs here in C only while it is
+# flupfast's own method (OWN_METHODS, by identity, worked out per class): the connection's
+# _read_header, recv_some, send, status_prefix, _serve, _finish and close (flupfast's names,
+# checked on the class), flup's requestClass, and the server's handler, _environ_for and
+# _sanitizeEnv (flup's hooks, also checked on the instance). Anything else goes through
+# Python exactly where the pure twin calls it; error() always does. Included last: it uses
+# sockio.pxi's _recv_into, gateway.pxi's cores and output.pxi's PartsWriter.
 
 import datetime as _datetime
 import logging as _logging
@@ -42,21 +43,37 @@ cdef object _now = _datetime.datetime.now
 cdef object _NoDefault = None  # flupfast.server's
 
 
-cdef inline object _runs_compiled(method):
-    """The kind _impl.runs_compiled marked ``method`` with, or None (an override, or none)."""
-    return getattr(method, 'runs_compiled', None)
+# The methods serve_scgi may run itself, by kind (_impl.runs_compiled fills it as flupfast's
+# modules define them). Compared by identity: a method wrapped with functools.wraps, or a
+# proxy, is an override even though it carries the original's attributes.
+OWN_METHODS = {}
+cdef dict _OWN_METHODS = OWN_METHODS
+cdef object _NOT_OWN = object()
+
+
+cdef inline bint _is_own(cls, str name, str kind):
+    """``cls.<name>`` is flupfast's method of that ``kind`` (not an override)."""
+    return getattr(cls, name, None) is _OWN_METHODS.get(kind, _NOT_OWN)
 
 
 # Which of a class's methods are flupfast's own is worked out once per class and kept while
 # the class is unchanged: CPython gives a class a new version tag whenever it or a base is
 # modified (a method replaced), the tag its own attribute cache is keyed by. Looked up per
-# request instead, the marks cost about 4,000 instructions (bench/profile-new-connection.md
-# section 10). A tag of 0 (none assigned) is never kept.
+# request instead, the checks cost about 4,000 instructions (bench/profile-new-connection.md
+# section 10). A tag of 0 (none assigned, or 3.12+'s "invalid") is never kept; before 3.12 a
+# tag counts only with Py_TPFLAGS_VALID_VERSION_TAG (3.13 no longer sets that flag). Anything
+# that is not a class (a requestClass factory) has no tag.
 cdef extern from *:
     """
     static unsigned int flupfast_type_version(PyObject *cls) {
-        PyTypeObject *tp = (PyTypeObject *)cls;
+        PyTypeObject *tp;
+        if (!PyType_Check(cls)) return 0;
+        tp = (PyTypeObject *)cls;
+    #if PY_VERSION_HEX >= 0x030C0000
+        return tp->tp_version_tag;
+    #else
         return (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+    #endif
     }
     """
     unsigned int flupfast_type_version(object cls)
@@ -70,6 +87,7 @@ cdef enum:
     _OWN_FINISH = 16
     _OWN_CLOSE = 32
     _OWN_RECV = 64
+    _OWN_SEND = 2048
     # A server class's (flags of _server_plan); a request class's is _OWN_REQUEST
     _OWN_HANDLER = 128
     _OWN_ENVIRON = 256
@@ -88,49 +106,68 @@ cdef class _ClassPlan:
         if version and version == self.version and cls is self.cls:
             return self.flags
         flags = work_out(cls)
-        version = flupfast_type_version(cls)  # assigned by the lookups, if it was not
-        if version:
-            self.flags = flags
-            self.version = version
-            self.cls = cls
+        # Kept only when the lookups left the class as they found it (a tag is assigned at
+        # the first lookup of a class that had none).
+        if version == 0 or flupfast_type_version(cls) == version:
+            version = flupfast_type_version(cls)
+            if version:
+                self.flags = flags
+                self.version = version
+                self.cls = cls
         return flags
 
 
 cdef int _work_out_conn(cls) except -1:
     cdef int flags = 0
-    if _runs_compiled(getattr(cls, '_read_header', None)) == 'read_header':
+    if _is_own(cls, '_read_header', 'read_header'):
         flags |= _OWN_READ_HEADER
-    kind = _runs_compiled(getattr(cls, 'status_prefix', None))
-    if kind == 'cgi_prefix':
+    if _is_own(cls, 'status_prefix', 'cgi_prefix'):
         flags |= _OWN_CGI_PREFIX
-    elif kind == 'uwsgi_prefix':
+    elif _is_own(cls, 'status_prefix', 'uwsgi_prefix'):
         flags |= _OWN_UWSGI_PREFIX
-    if _runs_compiled(getattr(cls, '_serve', None)) == 'serve':
+    if _is_own(cls, '_serve', 'serve'):
         flags |= _OWN_SERVE
-    if _runs_compiled(getattr(cls, '_finish', None)) == 'scgi_finish':
+    if _is_own(cls, '_finish', 'scgi_finish'):
         flags |= _OWN_FINISH
-    if _runs_compiled(getattr(cls, 'close', None)) == 'close':
+    if _is_own(cls, 'close', 'close'):
         flags |= _OWN_CLOSE
-    if _runs_compiled(getattr(cls, 'recv_some', None)) == 'recv_some':
+    if _is_own(cls, 'recv_some', 'recv_some'):
         flags |= _OWN_RECV
+    if _is_own(cls, 'send', 'send'):
+        flags |= _OWN_SEND
     return flags
+
+
+cdef bint _uwsgi_environ_chain_own(cls) except -1:
+    """uwsgi's _environ_for extends SCGI's (``super()``): both must be flupfast's."""
+    uwsgi_environ = _OWN_METHODS.get('uwsgi_environ', _NOT_OWN)
+    seen = False
+    for klass in cls.__mro__:
+        method = klass.__dict__.get('_environ_for')
+        if method is None:
+            continue
+        if not seen:
+            if method is not uwsgi_environ:
+                return False
+            seen = True
+        else:
+            return method is _OWN_METHODS.get('environ', _NOT_OWN)
+    return False
 
 
 cdef int _work_out_server(cls) except -1:
     """_OWN_HANDLER when handler and _sanitizeEnv are flupfast's, with which _environ_for."""
-    if _runs_compiled(getattr(cls, 'handler', None)) != 'handler' or \
-            _runs_compiled(getattr(cls, '_sanitizeEnv', None)) != 'sanitize':
+    if not (_is_own(cls, 'handler', 'handler') and _is_own(cls, '_sanitizeEnv', 'sanitize')):
         return 0
-    kind = _runs_compiled(getattr(cls, '_environ_for', None))
-    if kind == 'environ':
+    if _is_own(cls, '_environ_for', 'environ'):
         return _OWN_HANDLER | _OWN_ENVIRON
-    if kind == 'uwsgi_environ':
+    if _is_own(cls, '_environ_for', 'uwsgi_environ') and _uwsgi_environ_chain_own(cls):
         return _OWN_HANDLER | _OWN_UWSGI_ENVIRON
     return 0
 
 
 cdef int _work_out_request(cls) except -1:
-    if _runs_compiled(getattr(cls, 'run', None)) == 'request' and _runs_compiled(getattr(cls, '__init__', None)) == 'request':
+    if _is_own(cls, 'run', 'request_run') and _is_own(cls, '__init__', 'request_init'):
         return _OWN_REQUEST
     return 0
 
@@ -185,25 +222,21 @@ cdef class BodySource:
         return data
 
 
-cdef class RawOutputStream(PartsWriter):
-    """The twin of scgi_connection.RawOutputStream: the response on the connection's socket,
-    parts held (``hold``) up to COALESCE_LIMIT sent in one ``send_buffers``, as
-    ``Connection.send`` holds them; a regular file through ``sendfile``. An SCGI or uwsgi
-    connection carries one request, sent from its one thread: the stream holds the queue
-    itself, where the connection's (with its lock) serves FastCGI's multiplexed requests."""
+cdef class _RawOutputStream(PartsWriter):
+    """scgi_connection.RawOutputStream for the compiled chain: the response on the
+    connection's socket, parts held (``hold``) up to COALESCE_LIMIT sent in one
+    ``send_buffers``, as ``Connection.send`` holds them; a regular file through ``sendfile``.
+    An SCGI or uwsgi connection carries one request, sent from its one thread: the stream
+    holds the queue itself, where the connection's (with its lock) serves FastCGI's
+    multiplexed requests; a connection class with a ``send`` of its own gets every send."""
 
     cdef public object _conn
     cdef public bint dataWritten
     cdef public object status_prefix
+    cdef object _sock
+    cdef bint _own_send
     cdef list _held
     cdef Py_ssize_t _held_bytes
-
-    def __init__(self, conn):
-        self._conn = conn
-        self.dataWritten = False
-        self.status_prefix = CGI_STATUS_PREFIX
-        self._held = []
-        self._held_bytes = 0
 
     def write_parts(self, parts, hold=False):
         cdef list buffers = [part for part in parts if part]
@@ -213,6 +246,9 @@ cdef class RawOutputStream(PartsWriter):
 
     cdef _send(self, list buffers, bint hold):
         cdef list out
+        if not self._own_send:
+            self._conn.send(buffers, hold)
+            return
         if hold:
             for buf in buffers:
                 self._held_bytes += len(buf)
@@ -225,7 +261,7 @@ cdef class RawOutputStream(PartsWriter):
         self._held_bytes = 0
         if out:
             # By its module name, as Connection.send calls _impl's: a test's spy sees it.
-            send_buffers(self._conn._sock, out)
+            send_buffers(self._sock, out)
 
     def flush(self):
         self._send([], False)
@@ -240,7 +276,7 @@ cdef class RawOutputStream(PartsWriter):
         self._conn.send_file(filelike)
 
 
-cdef tuple _read_head(conn, decode):
+cdef tuple _read_head(conn, decode, int flags):
     """SCGIConnection._read_header, compiled: (environ, content_length, body bytes received
     with the head)."""
     cdef Py_ssize_t n = 0
@@ -248,11 +284,15 @@ cdef tuple _read_head(conn, decode):
     conn.idle = True  # no request byte yet: a stop may end the wait
     try:
         if conn.on_idle(conn, False) is _WAIT:
-            pair = getattr(_thread_state, 'recv', None)
-            if pair is None:
-                pair = _receive_buffer()
-            n = _recv_into(conn._sock, (<tuple>pair)[0], 0)
-            data = (<tuple>pair)[1][:n]
+            if flags & _OWN_RECV:
+                pair = getattr(_thread_state, 'recv', None)
+                if pair is None:
+                    pair = _receive_buffer()
+                n = _recv_into(conn._sock, (<tuple>pair)[0], 0)
+                data = (<tuple>pair)[1][:n]
+            else:
+                data = conn.recv_some()
+                n = len(data)
     finally:
         conn.idle = False
     if n == 0:
@@ -286,8 +326,12 @@ cdef object _status_prefix(conn, int flags, environ):
     return conn.status_prefix(environ)
 
 
+def uwsgi_url_scheme(environ):
+    """wsgi.url_scheme of a uwsgi request; see protocols.uwsgi.url_scheme."""
+    return _uwsgi_url_scheme(environ)
+
+
 cdef str _uwsgi_url_scheme(environ):
-    """protocols.uwsgi.url_scheme."""
     value = environ.get('UWSGI_SCHEME')
     if value:
         value = value.lower()
@@ -359,7 +403,7 @@ cdef _stock_handler(server, int flags, environ, stdin, output):
 
 
 cdef _run_stock_request(conn, server, request_class, int flags, environ, stdin,
-                        RawOutputStream output):
+                        _RawOutputStream output):
     """request_class(conn, environ, stdin, output).run() (scgi_connection.SCGIRequest) with
     the server's stock handler; the request itself is built only for ``server.error``."""
     logger = conn.logger
@@ -401,7 +445,7 @@ def serve_scgi(conn):
 
 
 cdef _serve(conn, int flags):
-    cdef RawOutputStream output
+    cdef _RawOutputStream output
     cdef int handler_flags
     decode = None
     if flags & _OWN_READ_HEADER:
@@ -413,21 +457,24 @@ cdef _serve(conn, int flags):
         elif decoder == 'decode_uwsgi_request':
             decode = decode_uwsgi_request
     if decode is not None:
-        environ, content_length, first = _read_head(conn, decode)
+        environ, content_length, first = _read_head(conn, decode, flags)
     else:
         environ, content_length, first = conn._read_header()
     body = BodySource(conn, first, content_length)
     conn._body = body
     stdin = InputStream(body)
-    output = RawOutputStream.__new__(RawOutputStream)
+    output = _RawOutputStream.__new__(_RawOutputStream)
     output._conn = conn
+    output._sock = conn._sock
+    output._own_send = flags & _OWN_SEND
     output._held = []
     output.status_prefix = _status_prefix(conn, flags, environ)
     server = conn.server
     request_class = server.requestClass
     if conn._timeout:
+        req = request_class(conn, environ, stdin, output)
         with _request_deadline(conn._timeout, conn._timed_out):
-            request_class(conn, environ, stdin, output).run()
+            req.run()
     else:
         handler_flags = _stock_handler_flags(server, request_class)
         if handler_flags:

@@ -9,10 +9,10 @@ vars block's length), ``modifier2`` (uint8); then the vars block, ``datasize`` b
 each ``key_size`` (uint16 LE), key, ``val_size`` (uint16 LE), value; then CONTENT_LENGTH body
 bytes. modifier1 0 is a WSGI request; no other is served. The response is plain HTTP/1.x on
 the same socket and the connection closes after it: ``status_prefix`` starts its status line
-and ``url_scheme`` reads the request's scheme, both as uWSGI does. As for SCGI, a repeated key keeps its last
-value (nginx before 1.23 sends one var per header line) and a repeated CONTENT_LENGTH must
-agree; CONTENT_LENGTH empty or absent means no body (uwsgi_params sends ``$content_length``,
-empty for a GET).
+and ``url_scheme`` reads the request's scheme, both as uWSGI does. As for SCGI, a repeated
+key keeps its last value (nginx before 1.23 sends one var per header line) and a repeated
+CONTENT_LENGTH must agree; CONTENT_LENGTH empty or absent means no body (uwsgi_params
+sends ``$content_length``, empty for a GET).
 """
 import re
 

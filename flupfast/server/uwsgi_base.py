@@ -3,7 +3,6 @@ environ, error page, allow-list, socket) serving uwsgi's connection, with uWSGI'
 wsgi.url_scheme rule. flup has no uwsgi module: every name here is additive.
 """
 from flupfast import _impl, uwsgi_connection as _uwsgi
-from flupfast.protocols.uwsgi import url_scheme
 from flupfast.server._scgi_ajp_base import install_console_handler
 from flupfast.server.scgi_base import BaseSCGIServer
 
@@ -32,5 +31,5 @@ class BaseUWSGIServer(BaseSCGIServer):
         """SCGI's environ, with wsgi.url_scheme by uWSGI's rule (UWSGI_SCHEME, HTTPS,
         REQUEST_SCHEME; ``protocols.uwsgi.url_scheme``)."""
         environ = super()._environ_for(environ, stdin)
-        environ['wsgi.url_scheme'] = url_scheme(environ)
+        environ['wsgi.url_scheme'] = _impl.uwsgi_url_scheme(environ)
         return environ

@@ -30,19 +30,43 @@ logger = logging.getLogger("flupfast")
 IDLE_POLL = 0.05
 
 
-class _TrackedJob:
+class _ActiveJob:
     """A job and its socket while the pool holds it, so the mode can end the wait of a job
     that says it is ``idle`` (a persistent AJP or FastCGI KEEP_CONN connection between
-    requests) by shutting its socket's read side, as SingleMode does; a job that is about to
-    go idle asks it first (``on_idle``, serving/job.py).
+    requests, an SCGI connection before its request) by shutting its socket's read side, as
+    SingleMode does; a job that is about to go idle asks it first (``on_idle``,
+    serving/job.py). A worker that accepted a job that cannot park runs it with this alone."""
+
+    __slots__ = ("job", "client")
+
+    def __init__(self, job, client):
+        self.job = job
+        self.client = client
+
+    def end_if_idle(self, stopping):
+        """End the job's wait if it is idle. To free a thread (not ``stopping``) only a
+        persistent connection between requests is ended, never one whose first request is on
+        its way (an SCGI connection waits ``idle`` for its header, with nothing served yet)."""
+        job = self.job
+        if job.idle and (stopping or job.served > 0):
+            shutdown_quietly(self.client, socket.SHUT_RD)
+            return True
+        return False
+
+    def __repr__(self):
+        return repr(self.job)
+
+
+class _TrackedJob(_ActiveJob):
+    """An _ActiveJob the pool runs as a job of its own (queued, or taken up from the parked
+    set), with its ``run()``.
 
     With ``parked`` (a ParkedSet), a job that ``can_park`` is told PARK instead of waiting
     idle: it returns from ``run()`` with ``parked`` set; it is then watched in the set, and the
     worker goes on with the next ready parked connection, if any, before it goes back to the
     pool: under load one thread serves request after request with no wake-up in between."""
 
-    __slots__ = ("job", "client", "_active", "_parked", "_pool", "registered",
-                 "park_token", "fd")
+    __slots__ = ("_active", "_parked", "_pool", "registered", "park_token", "fd")
 
     def __init__(self, job, client, active, mode, parked=None, pool=None):
         if parked is not None and not job.can_park:
@@ -99,18 +123,6 @@ class _TrackedJob:
         except OSError:
             pass
 
-    def end_if_idle(self, stopping):
-        """End the job's wait if it is idle. To free a thread (not ``stopping``) only a
-        persistent connection between requests is ended, never one whose first request is on
-        its way (an SCGI connection waits ``idle`` for its header, with nothing served yet)."""
-        job = self.job
-        if job.idle and (stopping or job.served > 0):
-            shutdown_quietly(self.client, socket.SHUT_RD)
-            return True
-        return False
-
-    def __repr__(self):
-        return repr(self.job)
 
 
 class ThreadedMode(AcceptLoop):
@@ -139,7 +151,7 @@ class ThreadedMode(AcceptLoop):
         self._tcp = False
         self._leading = False  # while serve() runs leader/follower
         self._listener_timeout = None
-        self._active = set()  # _TrackedJob of every job the pool holds (queued or running)
+        self._active = set()  # _ActiveJob of every job the pool holds (queued or running)
         self._queued_burst = 0  # connections queued behind busy threads in the current burst
         self._refused = 0       # connections answered "overloaded" in the current burst
         self.parked = ParkedSet(self._hand_off) if parking and parking_supported() else None
@@ -257,14 +269,25 @@ class ThreadedMode(AcceptLoop):
             return
         job = self.new_job(client, addr, *self.job_args)
         parked = self.parked
-        if parked is not None and not parked.open:
-            parked = None
-        tracked = _TrackedJob(job, client, self._active, self, parked, self.pool)
-        self._active.add(tracked)
+        active = self._active
+        if parked is not None and parked.open and job.can_park:
+            tracked = _TrackedJob(job, client, active, self, parked, self.pool)
+            active.add(tracked)
+            try:
+                tracked.run()
+            except Exception:
+                logger.exception("unhandled exception in job %r", tracked)
+            return
+        # A job that never parks (SCGI, uwsgi, flup-style ones) needs no more than tracking.
+        job.on_idle = self.idle_answers[0]
+        tracked = _ActiveJob(job, client)
+        active.add(tracked)
         try:
-            tracked.run()
+            job.run()
         except Exception:
             logger.exception("unhandled exception in job %r", tracked)
+        finally:
+            active.discard(tracked)
 
     def dispatch(self, job, client):
         parked = self.parked

@@ -63,7 +63,7 @@ class UWSGIHarness(SCGIHarness):
     logger = 'uwsgi-wsgi'
     head = b'HTTP/1.1 '  # the request's SERVER_PROTOCOL (request_bytes sends HTTP/1.1)
     twins = ('decode_uwsgi_request', 'InputStream', 'open_scgi_body', 'serve_scgi',
-             'run_scgi')
+             'run_scgi', 'uwsgi_url_scheme')
     request_bytes = staticmethod(uwsgi_client.request_bytes)
     parse = staticmethod(uwsgi_client.parse_response)
 

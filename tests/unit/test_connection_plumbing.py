@@ -16,7 +16,8 @@ import pytest
 
 from flupfast import connection
 from flupfast.body import ClientDisconnected
-from flupfast.connection import Connection, LoggedConnection, receive_buffer
+from flupfast.connection import Connection, LoggedConnection
+from flupfast.sockio import receive_buffer
 from flupfast.limits import (COALESCE_LIMIT, OVERLOAD_ANSWER_SECONDS, RECV_BUFFER_SIZE,
                              RESET_DRAIN_SECONDS)
 from flupfast.protocols.errors import ProtocolError

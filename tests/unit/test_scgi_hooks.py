@@ -4,12 +4,13 @@ own request, handler, ``_environ_for`` and ``_sanitizeEnv`` in C, and must hand 
 override, on the class or on the instance, exactly where the pure path calls it. Also the
 ``_sanitizeEnv`` cases the compiled path leaves to the method, reached through a request.
 """
+import functools
 import logging
 
 import pytest
 
 from flupfast import scgi_connection
-from flupfast.server import scgi_base
+from flupfast.server import _scgi_ajp_base, scgi_base
 from tests.unit.connection_harness import echo, hello
 from tests.unit.scgi_harness import environ_app, protocol_fixture
 
@@ -22,7 +23,7 @@ def subclassed(harness, **attrs):
     return type('Harness', (harness,), {'server_class': server_class})
 
 
-def test_an_overridden_sanitize_env_is_called_on_every_request(harness):
+def test_an_overridden_sanitize_env_is_called(harness):
     """With PATH_INFO sent: the request the compiled path would sanitize itself."""
     calls = []
 
@@ -198,3 +199,52 @@ def test_a_method_patched_into_flupfasts_class_between_requests_is_called(harnes
     assert eval(h.request('/a', path_info='/a')[2])['SCRIPT_NAME'] == ''
     h.join()
     assert finished == [True]
+
+
+def test_a_connection_class_receiving_and_sending_its_own_way_gets_every_call(harness):
+    """``recv_some`` and ``send`` overridden: a GET's head is received, and its answer sent,
+    through them."""
+    calls = []
+
+    class Connection(harness.connection_class):
+        def recv_some(self, limit=0):
+            calls.append('recv_some')
+            return super().recv_some(limit)
+
+        def send(self, buffers, hold=False):
+            calls.append('send')
+            super().send(buffers, hold)
+    h = type('Harness', (harness,), {'connection_class': Connection})(hello)
+    assert h.request('/')[::2] == (b'200 OK', b'Hello world!\n')
+    h.join()
+    assert calls[0] == 'recv_some' and 'send' in calls
+
+
+def test_a_hook_wrapped_with_functools_wraps_is_called(harness, monkeypatch):
+    """A wrapper keeps the original's name and attributes (functools.wraps, APM agents): it
+    is still an override."""
+    calls = []
+    stock = scgi_base.BaseSCGIServer.handler
+
+    @functools.wraps(stock)
+    def handler(self, request):
+        calls.append(request.environ['REQUEST_URI'])
+        return stock(self, request)
+    monkeypatch.setattr(scgi_base.BaseSCGIServer, 'handler', handler)
+    h = harness(hello)
+    assert h.request('/wrapped')[::2] == (b'200 OK', b'Hello world!\n')
+    assert calls == ['/wrapped']
+
+
+def test_scgis_environ_for_patched_is_called_for_uwsgi_too(harness, monkeypatch):
+    """uwsgi's _environ_for extends SCGI's with super(): a patch of the base's counts."""
+    calls = []
+    stock = _scgi_ajp_base.SCGIAJPServerBase._environ_for
+
+    def _environ_for(self, environ, stdin):
+        calls.append(1)
+        return stock(self, environ, stdin)
+    monkeypatch.setattr(_scgi_ajp_base.SCGIAJPServerBase, '_environ_for', _environ_for)
+    h = harness(environ_app)
+    assert eval(h.request('/', path_info='/')[2])['PATH_INFO'] == '/'
+    assert calls == [1]
