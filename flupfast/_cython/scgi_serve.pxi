@@ -108,12 +108,11 @@ cdef class _ClassPlan:
         flags = work_out(cls)
         # Kept only when the lookups left the class as they found it (a tag is assigned at
         # the first lookup of a class that had none).
-        if version == 0 or flupfast_type_version(cls) == version:
-            version = flupfast_type_version(cls)
-            if version:
-                self.flags = flags
-                self.version = version
-                self.cls = cls
+        cdef unsigned int after = flupfast_type_version(cls)
+        if after and (version == 0 or after == version):
+            self.flags = flags
+            self.version = after
+            self.cls = cls
         return flags
 
 
@@ -178,16 +177,20 @@ cdef _ClassPlan _server_plan = _ClassPlan()
 cdef _ClassPlan _request_plan = _ClassPlan()
 
 
+cdef inline tuple _thread_buffer():
+    """sockio.receive_buffer(): this thread's (buffer, memoryview), without its Python call
+    once the thread has one."""
+    pair = getattr(_thread_state, 'recv', None)
+    return <tuple>(_receive_buffer() if pair is None else pair)
+
+
 cdef object _receive(conn, Py_ssize_t limit):
     """``conn.recv_some(limit)`` as bytes: Connection.recv_some's receive into this thread's
     buffer, copied out at once; an overriding ``recv_some`` is called."""
     cdef Py_ssize_t n
     if not _conn_plan.get(type(conn), _work_out_conn) & _OWN_RECV:
         return bytes(conn.recv_some(limit))
-    pair = getattr(_thread_state, 'recv', None)
-    if pair is None:
-        pair = _receive_buffer()
-    buf = (<tuple>pair)[0]
+    buf = _thread_buffer()[0]
     if limit > _RECV_SIZE:
         limit = _RECV_SIZE
     n = _recv_into(conn._sock, buf, limit)
@@ -285,11 +288,9 @@ cdef tuple _read_head(conn, decode, int flags):
     try:
         if conn.on_idle(conn, False) is _WAIT:
             if flags & _OWN_RECV:
-                pair = getattr(_thread_state, 'recv', None)
-                if pair is None:
-                    pair = _receive_buffer()
-                n = _recv_into(conn._sock, (<tuple>pair)[0], 0)
-                data = (<tuple>pair)[1][:n]
+                pair = _thread_buffer()
+                n = _recv_into(conn._sock, pair[0], 0)
+                data = pair[1][:n]
             else:
                 data = conn.recv_some()
                 n = len(data)

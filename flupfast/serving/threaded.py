@@ -37,11 +37,18 @@ class _ActiveJob:
     SingleMode does; a job that is about to go idle asks it first (``on_idle``,
     serving/job.py). A worker that accepted a job that cannot park runs it with this alone."""
 
-    __slots__ = ("job", "client")
+    __slots__ = ("job", "client", "_active")
 
-    def __init__(self, job, client):
+    def __init__(self, job, client, active):
         self.job = job
         self.client = client
+        self._active = active  # the mode's set of them, which it leaves when the job ends
+
+    def run(self):
+        try:
+            return self.job.run()
+        finally:
+            self._active.discard(self)
 
     def end_if_idle(self, stopping):
         """End the job's wait if it is idle. To free a thread (not ``stopping``) only a
@@ -66,14 +73,12 @@ class _TrackedJob(_ActiveJob):
     worker goes on with the next ready parked connection, if any, before it goes back to the
     pool: under load one thread serves request after request with no wake-up in between."""
 
-    __slots__ = ("_active", "_parked", "_pool", "registered", "park_token", "fd")
+    __slots__ = ("_parked", "_pool", "registered", "park_token", "fd")
 
     def __init__(self, job, client, active, mode, parked=None, pool=None):
         if parked is not None and not job.can_park:
             parked = None
-        self.job = job
-        self.client = client
-        self._active = active
+        super().__init__(job, client, active)
         self._parked = parked
         self._pool = pool
         self.registered = False  # in the parked set's epoll (kept there, disarmed, when taken)
@@ -86,10 +91,7 @@ class _TrackedJob(_ActiveJob):
     def run(self):
         parked = self._parked
         if parked is None:
-            try:
-                return self.job.run()
-            finally:
-                self._active.discard(self)
+            return _ActiveJob.run(self)
         pool = self._pool
         parked.enter()
         try:
@@ -122,7 +124,6 @@ class _TrackedJob(_ActiveJob):
             self.client.close()
         except OSError:
             pass
-
 
 
 class ThreadedMode(AcceptLoop):
@@ -269,25 +270,16 @@ class ThreadedMode(AcceptLoop):
             return
         job = self.new_job(client, addr, *self.job_args)
         parked = self.parked
-        active = self._active
         if parked is not None and parked.open and job.can_park:
-            tracked = _TrackedJob(job, client, active, self, parked, self.pool)
-            active.add(tracked)
-            try:
-                tracked.run()
-            except Exception:
-                logger.exception("unhandled exception in job %r", tracked)
-            return
-        # A job that never parks (SCGI, uwsgi, flup-style ones) needs no more than tracking.
-        job.on_idle = self.idle_answers[0]
-        tracked = _ActiveJob(job, client)
-        active.add(tracked)
+            tracked = _TrackedJob(job, client, self._active, self, parked, self.pool)
+        else:  # a job that never parks (SCGI, uwsgi, flup-style ones) is only tracked
+            job.on_idle = self.idle_answers[0]
+            tracked = _ActiveJob(job, client, self._active)
+        self._active.add(tracked)
         try:
-            job.run()
+            tracked.run()
         except Exception:
             logger.exception("unhandled exception in job %r", tracked)
-        finally:
-            active.discard(tracked)
 
     def dispatch(self, job, client):
         parked = self.parked
