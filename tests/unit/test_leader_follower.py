@@ -378,6 +378,10 @@ def test_a_new_leader_takes_over_once_a_worker_is_free_again(serve_mode):
     wait_until(lambda: not mode.listener_watched, WAIT)
     before = len(mode.loop_accepts)
     for _ in range(6):
+        # Each worker back first: with a serving worker slow to return, the one that
+        # accepts next can be the last free one (``exhausted``), and then the loop rightly
+        # watches again.
+        wait_until(lambda: mode.pool.idle_count == 3, WAIT)
         sock = _connect(address)
         assert _ask(sock) == b"ok\n"
         sock.close()
