@@ -16,12 +16,15 @@ import logging
 import os
 import select
 import threading
+import time
 
 from flupfast import _impl
 
 __all__ = ["LINGER", "PARKED_MASK", "SHORT_LINGER", "STALL_CHECK", "STALL_MAX", "ParkedSet", "supported"]
 
 logger = logging.getLogger("flupfast")
+get_ident = threading.get_ident
+monotonic = time.monotonic
 
 # Readable, or the peer hung up (a closed parked connection must be taken, seen at EOF and
 # closed: no fd kept for a peer that left). One-shot: disarmed once reported, re-armed when the
@@ -45,6 +48,13 @@ STALL_MAX = 0.02
 # a connection blocked in recv did, instead of the waiter and then a pool thread. Short: the
 # pool counts the thread busy meanwhile.
 LINGER = 0.02
+# One worker at a time takes ready connections one after another (the chain's owner); another
+# that ends a request goes back to the pool instead, unless the owner has been in its current
+# request this long: then it waits (a backend call, a sleep) and the other takes over. Several
+# threads running hello-sized requests back to back only queue for the GIL, each waiting out
+# CPython's switch interval (5 ms) for it after every system call that gives it up: through
+# nginx with kept connections, a p99.9 of 13-65 ms and requests left 100-340 ms.
+CHAIN_HANDOVER = 0.001
 # Any other worker finding nothing ready waits this long: the web server's next request on the
 # connection it just answered comes a round trip later (about 0.1 ms through nginx), and
 # catching it here saves the waiter's check and a thread wake-up (epoll wakes one waiter per
@@ -87,6 +97,9 @@ class ParkedSet:
         self._offered = collections.deque()  # (tracked, token) the waiter saw ready
         self._running = 0      # workers between enter() and leave()
         self._lingering = False  # a worker (not the last) waits SHORT_LINGER on the set
+        self._polling = 0      # workers waiting on the set now (under _lock: see _offer)
+        self._chain_owner = None     # the thread taking ready connections (take_ready)
+        self._owner_busy_since = None  # when its current request began; None between two
         self._epoll = None
         self._wake_r = self._wake_w = None
         self._thread = None
@@ -198,8 +211,28 @@ class ParkedSet:
         return bool(self._parked) or bool(self._offered)
 
     def take_ready(self):
-        """The next parked connection that is readable, or None: waits on the set at most
-        LINGER (the last worker running) or SHORT_LINGER (one other worker), else not at all."""
+        """The next parked connection that is readable, or None: None at once when another
+        worker owns the chain and is in a short request or between two (CHAIN_HANDOVER);
+        else waits on the set at most LINGER (the last worker running) or SHORT_LINGER (one
+        other worker), else not at all. Hints read without the lock: two owners for a moment,
+        or none, cost a check of the waiter at most."""
+        me = get_ident()
+        if self._chain_owner != me:
+            if self._chain_owner is not None:
+                since = self._owner_busy_since
+                if since is None or monotonic() - since < CHAIN_HANDOVER:
+                    return None
+            self._chain_owner = me
+        self._owner_busy_since = None
+        tracked = self._take()
+        if tracked is None:
+            if self._chain_owner == me:
+                self._chain_owner = None
+        else:
+            self._owner_busy_since = monotonic()
+        return tracked
+
+    def _take(self):
         offered = self._offered
         while offered:
             try:
@@ -214,15 +247,17 @@ class ParkedSet:
             fd = _impl.epoll_ready_now(self._epoll)
             if fd < 0:
                 if self._running == 1:
-                    events = self._epoll.poll(LINGER, 1)
+                    events = self._poll(LINGER)
                 elif self._lingering:
                     return None
                 else:
                     self._lingering = True  # racy by design: a hint, so few wait at once
                     try:
-                        events = self._epoll.poll(SHORT_LINGER, 1)
+                        events = self._poll(SHORT_LINGER)
                     finally:
                         self._lingering = False
+                if events is None:
+                    return self._take()  # the waiter offered one meanwhile
                 if not events:
                     return None
                 fd = events[0][0]
@@ -233,6 +268,21 @@ class ParkedSet:
             return tracked
         return None
 
+    def _poll(self, timeout):
+        """Wait on the set for one ready connection, at most ``timeout``: its events, or None
+        when the waiter has offered one meanwhile (take it from there). Counted in
+        ``_polling`` so that the waiter puts what it finds back in the set (``_offer``)
+        instead of leaving it where a worker asleep on the set does not look."""
+        with self._lock:
+            if self._offered:
+                return None
+            self._polling += 1
+        try:
+            return self._epoll.poll(timeout, 1)
+        finally:
+            with self._lock:
+                self._polling -= 1
+
     def enter(self):
         with self._lock:
             self._running += 1
@@ -240,6 +290,8 @@ class ParkedSet:
     def leave(self):
         with self._lock:
             self._running -= 1
+            if self._chain_owner == get_ident():
+                self._chain_owner = None
             # The waiter watches the set itself again; a notify only when it waits for one
             # (Condition.notify is Python code, and runs after every connection otherwise).
             if not self._running and self._waiter_waits:
@@ -279,16 +331,39 @@ class ParkedSet:
             except (OSError, ValueError):
                 return
             check = STALL_CHECK if events else min(check * 2, STALL_MAX)
+            ready = []
             for fd, _ in events:
                 tracked = parked.get(fd)
                 if tracked is None:
                     continue  # the wakeup pipe
                 token = tracked.park_token
                 if running:
-                    offered.append((tracked, token))
-                    previous.append((tracked, token))
+                    ready.append((tracked, token))
                 elif self._own(tracked, token):
                     self._give(tracked)
+            if ready:
+                previous = self._offer(ready)
+
+    def _offer(self, ready):
+        """The waiter found ``ready`` ((tracked, token) pairs; one-shot: reported to it alone)
+        while workers run. A worker waiting on the set would not see them, and would sleep
+        out its linger while they wait (behind nginx's kept connections, a stall of the
+        whole server until the next check: the p99.9 of 20-40 ms before this): then they go
+        back in the set, armed, and wake it. Else they are offered for the workers to take
+        after their current request. Returns what was offered (handed to the pool if still
+        there at the next check)."""
+        with self._lock:
+            polling = self._polling
+            if not polling:
+                self._offered.extend(ready)
+        if not polling:
+            return ready
+        for tracked, token in ready:
+            try:
+                self._arm(tracked.fd, True)
+            except (OSError, ValueError):
+                pass  # closed by a stop, which closes the parked connections itself
+        return []
 
     def _give(self, tracked):
         try:

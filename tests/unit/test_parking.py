@@ -4,6 +4,7 @@ parked connection the peer closes is closed and forgotten, a stop closes parked 
 once, and a ready connection is not left waiting behind a worker busy with a long request.
 Runs on both backends; nothing depends on timing beyond "eventually" and generous bounds.
 """
+import collections
 import os
 import select
 import socket
@@ -255,6 +256,104 @@ def test_park_completes_whatever_the_registered_flag_guessed(flag_says_registere
         epoll.close()
         ours.close()
         peer.close()
+
+
+@pytest.fixture
+def bare_set(backend, monkeypatch):
+    """A ParkedSet with its epoll and no waiter thread (the test plays the waiter), and a
+    factory of parked socket pairs: (parked, park) where park() -> (tracked, peer)."""
+    monkeypatch.setattr(parking._impl, 'epoll_arm', backend.epoll_arm)
+    monkeypatch.setattr(parking._impl, 'epoll_ready_now', backend.epoll_ready_now)
+    parked = parking.ParkedSet(hand_off=lambda tracked: None)
+    parked._epoll = select.epoll()
+    parked.open = True
+    socks = []
+
+    def park():
+        ours, peer = socket.socketpair()
+        socks.extend((ours, peer))
+        tracked = _Tracked(ours)
+        assert parked.park(tracked)
+        return tracked, peer
+    yield parked, park
+    parked.open = False
+    parked._epoll.close()
+    for sock in socks:
+        sock.close()
+
+
+def _take_in_thread(parked, out, enter=True):
+    def worker():
+        if enter:
+            parked.enter()
+        out.append(parked.take_ready())
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_connection_the_waiter_finds_ready_wakes_the_worker_waiting_on_the_set(
+        bare_set, monkeypatch):
+    """One-shot: a readiness goes to whoever polls first. When that is the waiter while a
+    worker waits on the set, the worker must still get the connection now, not after its
+    linger (it slept through it, and behind nginx the whole server stalled)."""
+    parked, park = bare_set
+    monkeypatch.setattr(parking, 'LINGER', 60.0)
+    tracked, peer = park()
+    peer.send(b'request')
+    assert [fd for fd, _ in parked._epoll.poll(5)] == [tracked.fd]  # the waiter's poll
+    out = []
+    thread = _take_in_thread(parked, out)  # the last worker running: waits LINGER on the set
+    wait_until(lambda: parked._polling == 1, WAIT, 'the worker waiting on the set')
+    assert parked._offer([(tracked, tracked.park_token)]) == []  # back in the set, armed
+    thread.join(WAIT)
+    assert out == [tracked]
+    assert parked._offered == collections.deque()
+
+
+def test_what_the_waiter_finds_while_no_worker_waits_on_the_set_is_offered(bare_set):
+    parked, park = bare_set
+    tracked, peer = park()
+    ready = [(tracked, tracked.park_token)]
+    assert parked._offer(ready) == ready
+    parked.enter()
+    assert parked.take_ready() is tracked  # a worker back from a request takes it first
+
+
+def test_one_worker_takes_ready_connections_while_the_chains_owner_runs_short_requests(
+        bare_set, monkeypatch):
+    """Workers that end a request while another one takes ready connections go back to the
+    pool (one thread serving back to back, not several queueing for the GIL); once the
+    owner has been in a request longer than CHAIN_HANDOVER (it waits: a backend, a sleep),
+    the next one takes over."""
+    parked, park = bare_set
+    clock = [100.0]
+    monkeypatch.setattr(parking, 'monotonic', lambda: clock[0])
+    first, first_peer = park()
+    second, second_peer = park()
+    first_peer.send(b'request')
+    second_peer.send(b'request')
+    parked.enter()
+    parked.enter()
+    assert parked.take_ready() in (first, second)  # this thread owns the chain, in a request
+    out = []
+    _take_in_thread(parked, out, enter=False).join(WAIT)
+    assert out == [None]  # the owner's request has just begun: the other goes back
+    clock[0] += parking.CHAIN_HANDOVER * 2
+    _take_in_thread(parked, out, enter=False).join(WAIT)
+    assert out[1] in (first, second) and out[1] is not out[0]  # a long request: taken over
+    assert parked._chain_owner not in (None, threading.get_ident())
+
+
+def test_a_worker_that_leaves_the_set_gives_up_the_chain(bare_set):
+    parked, park = bare_set
+    tracked, peer = park()
+    peer.send(b'request')
+    parked.enter()
+    assert parked.take_ready() is tracked
+    assert parked._chain_owner == threading.get_ident()
+    parked.leave()
+    assert parked._chain_owner is None
 
 
 def test_a_job_that_cannot_park_bypasses_the_parked_set():
