@@ -90,6 +90,7 @@ TWINS = (
     ("serve_child", "serve_child", "flupfast.serving.prefork.child", "serve_child"),
     ("Leader", "Leader", "flupfast.serving.leader", "Leader"),
     ("build_environ", "build_environ", "flupfast.gateway", "build_environ"),
+    ("sanitize_cgi_environ", "sanitize_cgi_environ", "flupfast.gateway", "sanitize_cgi_environ"),
     ("Response", "Response", "flupfast.gateway", "Response"),
     ("run_application", "run_application", "flupfast.gateway", "run_application"),
     ("serve_scgi", "serve_scgi", "flupfast.scgi_connection", "serve"),

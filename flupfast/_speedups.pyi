@@ -115,6 +115,8 @@ def build_environ(
     multithread: Any, multiprocess: Any, run_once: Any
 ) -> Dict[str, Any]: ...
 
+def sanitize_cgi_environ(environ: Dict[str, Any], server_name: str) -> None: ...
+
 class Response:
     responder: Any
     status: Optional[bytes]

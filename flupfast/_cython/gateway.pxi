@@ -16,6 +16,7 @@ cdef object _gw_to_bytes = _gateway._to_bytes
 cdef object _gw_FileWrapper = _gateway.FileWrapper
 cdef object _gw_is_peer_gone = _gateway.is_peer_gone
 cdef dict _gw_globals = vars(_gateway)  # its _observer, read per request as the pure twin does
+cdef object _gw_sanitize_cgi_environ = _gateway.sanitize_cgi_environ
 
 
 def build_environ(environ, overrides, stdin, stderr, multithread, multiprocess, run_once):
@@ -39,6 +40,27 @@ cdef object _build_environ(environ, overrides, stdin, stderr, multithread, multi
     # flup compares exactly: only 'on' and '1' mean https.
     environ['wsgi.url_scheme'] = 'https' if https == 'on' or https == '1' else 'http'
     return environ
+
+
+def sanitize_cgi_environ(environ, server_name):
+    """flup's FastCGI ``_sanitizeEnv``: what nginx and Apache send (PATH_INFO, every
+    variable WSGI requires) here, with at most QUERY_STRING taken from REQUEST_URI; anything
+    else by the pure twin, whose rules these are."""
+    cdef object query
+    if type(environ) is not dict or 'SCRIPT_NAME' not in environ \
+            or not environ.get('PATH_INFO') or 'REQUEST_METHOD' not in environ \
+            or 'SERVER_NAME' not in environ or 'SERVER_PORT' not in environ \
+            or 'SERVER_PROTOCOL' not in environ:
+        return _gw_sanitize_cgi_environ(environ, server_name)
+    query = environ.get('QUERY_STRING')
+    if query is None:
+        return _gw_sanitize_cgi_environ(environ, server_name)
+    if not query:
+        uri = environ.get('REQUEST_URI')
+        if uri is None or '?' not in uri:
+            environ['QUERY_STRING'] = ''
+        else:
+            environ['QUERY_STRING'] = uri.split('?', 1)[1]
 
 
 cdef inline bint _one_item(result) except -1:

@@ -452,7 +452,7 @@ class BaseFCGIServer(object):
 
     def _sanitizeEnv(self, environ):
         """Ensure certain values are present, if required by WSGI."""
-        gateway.sanitize_cgi_environ(environ, self.__class__.__name__)
+        _impl.sanitize_cgi_environ(environ, self.__class__.__name__)
 
     def error(self, req):
         """Called by Request if an exception occurs within the handler. May and should be

@@ -25,21 +25,21 @@ class Errors:
         self.text += text
 
 
-def test_sanitize_fills_flups_defaults_with_warnings():
+def test_sanitize_fills_flups_defaults_with_warnings(backend):
     errors = Errors()
     environ = {'REQUEST_URI': '/p?q=1', 'wsgi.errors': errors}
-    gateway.sanitize_cgi_environ(environ, 'WSGIServer')
+    backend.sanitize_cgi_environ(environ, 'WSGIServer')
     assert environ['PATH_INFO'] == '/p' and environ['QUERY_STRING'] == 'q=1'
     assert environ['SCRIPT_NAME'] == '' and environ['SERVER_PORT'] == '80'
     assert errors.text.count('WSGIServer: missing FastCGI param') == 4
 
 
-def test_sanitize_mismatch_warns_and_cuts_as_flup():
+def test_sanitize_mismatch_warns_and_cuts_as_flup(backend):
     errors = Errors()
     environ = {'REQUEST_URI': '/other/x', 'SCRIPT_NAME': '/app', 'wsgi.errors': errors,
                'REQUEST_METHOD': 'GET', 'SERVER_NAME': 'h', 'SERVER_PORT': '1',
                'SERVER_PROTOCOL': 'HTTP/1.1'}
-    gateway.sanitize_cgi_environ(environ, 'S')
+    backend.sanitize_cgi_environ(environ, 'S')
     assert errors.text == 'WARNING: SCRIPT_NAME does not match REQUEST_URI'
     assert environ['PATH_INFO'] == 'er/x'
 
@@ -194,13 +194,13 @@ DEFAULTS = {'REQUEST_METHOD': 'GET', 'SERVER_NAME': 'localhost', 'SERVER_PORT': 
 
 @pytest.mark.parametrize('path_info', ['/given', None])
 @pytest.mark.parametrize('missing', sorted(DEFAULTS))
-def test_sanitize_each_missing_variable_gets_flups_default_and_warning(missing, path_info):
+def test_sanitize_each_missing_variable_gets_flups_default_and_warning(missing, path_info, backend):
     errors = Errors()
     environ = dict(FULL, QUERY_STRING='', REQUEST_URI='/other?q=1', **{'wsgi.errors': errors})
     if path_info is not None:
         environ['PATH_INFO'] = path_info
     del environ[missing]
-    gateway.sanitize_cgi_environ(environ, 'Srv')
+    backend.sanitize_cgi_environ(environ, 'Srv')
     assert environ[missing] == DEFAULTS[missing]
     assert errors.text == 'Srv: missing FastCGI param %s required by WSGI!\n' % missing
     # PATH_INFO given is kept; absent, it comes from REQUEST_URI. The query fills in either way.
@@ -212,7 +212,7 @@ def test_sanitize_each_missing_variable_gets_flups_default_and_warning(missing, 
     ('', '/p?q=1', 'q=1'), ('a=b', '/p?q=1', 'a=b'), ('', '/p', ''), ('', None, ''),
     (None, '/p?q=1', 'q=1'), (None, '/p', ''), (None, None, ''),
 ])
-def test_sanitize_query_string_comes_from_request_uri_only_when_empty(query, uri, expected):
+def test_sanitize_query_string_comes_from_request_uri_only_when_empty(query, uri, expected, backend):
     # With every variable present (what nginx and Apache send) and with QUERY_STRING absent.
     errors = Errors()
     environ = dict(FULL, PATH_INFO='/p', **{'wsgi.errors': errors})
@@ -220,24 +220,46 @@ def test_sanitize_query_string_comes_from_request_uri_only_when_empty(query, uri
         environ['QUERY_STRING'] = query
     if uri is not None:
         environ['REQUEST_URI'] = uri
-    gateway.sanitize_cgi_environ(environ, 'S')
+    backend.sanitize_cgi_environ(environ, 'S')
     assert environ['QUERY_STRING'] == expected
     assert environ['PATH_INFO'] == '/p' and errors.text == ''
     assert {k: environ[k] for k in FULL} == FULL
 
 
-def test_sanitize_without_path_info_or_request_uri_gives_empty_path_info():
+def test_sanitize_without_path_info_or_request_uri_gives_empty_path_info(backend):
     environ = dict(FULL, **{'wsgi.errors': Errors()})
-    gateway.sanitize_cgi_environ(environ, 'S')
+    backend.sanitize_cgi_environ(environ, 'S')
     assert (environ['PATH_INFO'], environ['QUERY_STRING'], environ['SCRIPT_NAME']) == ('', '', '')
 
 
-def test_sanitize_keeps_script_name_and_derives_path_info_after_it():
+def test_sanitize_keeps_script_name_and_derives_path_info_after_it(backend):
     environ = dict(FULL, SCRIPT_NAME='/app', REQUEST_URI='/app/a%20b?x', QUERY_STRING='',
                    **{'wsgi.errors': Errors()})
-    gateway.sanitize_cgi_environ(environ, 'S')
+    backend.sanitize_cgi_environ(environ, 'S')
     assert (environ['SCRIPT_NAME'], environ['PATH_INFO'], environ['QUERY_STRING']) == \
         ('/app', '/a%20b', 'x')
+
+
+@pytest.mark.parametrize('environ', [
+    dict(FULL, PATH_INFO='/p', QUERY_STRING='', REQUEST_URI='/p?a?b'),
+    dict(FULL, PATH_INFO='/p', QUERY_STRING='', REQUEST_URI='/p?'),
+    dict(FULL, PATH_INFO='/p', QUERY_STRING='x', REQUEST_URI='/p?y'),
+    dict(FULL, PATH_INFO='', QUERY_STRING='', REQUEST_URI='/p?y'),
+    dict(FULL, PATH_INFO='/p', QUERY_STRING=''),
+    {'PATH_INFO': '/p', 'QUERY_STRING': '', 'REQUEST_URI': '/p?q'},
+])
+@pytest.mark.parametrize('mapping', [dict, type('Environ', (dict,), {})])
+def test_sanitize_twins_leave_the_same_environ_and_warnings(environ, mapping, backend):
+    """The compiled twin does what nginx and Apache send itself and hands the rest (and any
+    mapping but a dict) to the pure one: either way the same environ and warnings."""
+    results = []
+    for sanitize in (gateway.sanitize_cgi_environ, backend.sanitize_cgi_environ):
+        errors = Errors()
+        env = mapping(environ, **{'wsgi.errors': errors})
+        assert sanitize(env, 'S') is None
+        del env['wsgi.errors']
+        results.append((dict(env), errors.text))
+    assert results[0] == results[1]
 
 
 def test_derive_path_info_decodes_as_latin1():
