@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import select
 import socket
+import threading
 from dataclasses import dataclass
 from typing import List, Tuple
 
@@ -131,3 +132,35 @@ def raw_http(host, port, head, body=b"", expect_continue=False):
         resp = http.client.HTTPResponse(sock, method=head[0].split(" ", 1)[0])
         resp.begin()  # skips a 100 Continue
         return resp, resp.read(), got_continue
+
+
+def request_while_sending(host, port, method, path, chunks, length, timeout=IO_TIMEOUT):
+    """One request on a fresh connection whose body (``chunks``, ``length`` bytes in all) is
+    sent by a thread while this one reads the answer, as browsers and curl do: an answer
+    before the whole body is read cannot then wait on the client's own send. Returns
+    (response, body bytes); the connection closes after the answer, which ends the send."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    head = ("%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n"
+            "Connection: close\r\n\r\n" % (method, path, length)).encode("latin-1")
+
+    def send():
+        try:
+            sock.sendall(head)
+            for chunk in chunks:
+                sock.sendall(chunk)
+        except OSError:
+            pass  # answered and closed before the body was all sent
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        resp = http.client.HTTPResponse(sock, method=method)
+        resp.begin()
+        body = resp.read()
+    finally:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sender.join(timeout)
+        sock.close()
+    return resp, body
