@@ -242,7 +242,7 @@ class _PartialReadSuite:
         at 16 MiB ahead: it proves the shipped limit end to end, not the bound.) The client
         reads while it sends: one that sends its whole body first blocks on its own once the
         kernel's buffers hold no more of it (Apache reads the rest only after the answer),
-        which failed this test on a machine whose client-side buffers hold less than 4 MiB."""
+        and a machine whose buffers take less of the body failed the test that way."""
         size, pad = 4 << 20, 4 << 20
         resp, body = request_while_sending(
             front.host, front.port, "POST",
