@@ -232,7 +232,7 @@ class ParkedSet:
             self._owner_busy_since = monotonic()
         return tracked
 
-    def _take(self):
+    def _take_offered(self):
         offered = self._offered
         while offered:
             try:
@@ -240,6 +240,13 @@ class ParkedSet:
             except IndexError:
                 break
             if self._own(tracked, token):
+                return tracked
+        return None
+
+    def _take(self):
+        if self._offered:
+            tracked = self._take_offered()
+            if tracked is not None:
                 return tracked
         try:
             # One ready now? (The compiled twin asks without giving the GIL up.) Else a
@@ -257,7 +264,7 @@ class ParkedSet:
                     finally:
                         self._lingering = False
                 if events is None:
-                    return self._take()  # the waiter offered one meanwhile
+                    return self._take_offered()  # the waiter offered some meanwhile
                 if not events:
                     return None
                 fd = events[0][0]
