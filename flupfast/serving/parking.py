@@ -7,9 +7,9 @@ is about to take it. It must not know the protocol (the job says whether it park
 the pool's limits (a parked job is handed back like a queued one).
 
 Why: behind nginx (``fastcgi_keep_conn on``, upstream keepalive) every kept connection bound
-to its own blocked thread meant one thread wake-up and one GIL hand-off per request. A worker
-that ends a request now takes the next ready parked connection itself (a zero-timeout poll,
-no sleep), so under load one thread serves requests back to back.
+to its own blocked thread meant one thread wake-up and one GIL hand-off per request. The
+worker that owns the chain takes the next ready parked connection itself when it ends a
+request (a zero-timeout poll, no sleep), so under load one thread serves requests back to back.
 """
 import collections
 import logging
@@ -32,9 +32,10 @@ monotonic = time.monotonic
 PARKED_MASK = getattr(select, "EPOLLIN", 1) | getattr(select, "EPOLLRDHUP", 0x2000) \
     | getattr(select, "EPOLLONESHOT", 1 << 30)
 # While workers run, the waiter leaves the set to them: every STALL_CHECK it collects the ready
-# connections and offers them to the workers; one still untaken at the next check goes to the
-# pool (a thread wakes for it). So a ready connection waits at most about 2 * STALL_CHECK behind
-# workers busy with long requests, and under load the workers take nearly all of them.
+# connections and offers them to the workers (or puts them back in the set for a worker
+# waiting on it: ParkedSet._offer); one offered and still untaken at the next check goes to the
+# pool (a thread wakes for it). So a ready connection waits about 2 * STALL_CHECK at most
+# behind workers busy with long requests, and under load the workers take nearly all of them.
 STALL_CHECK = 0.002
 # Checks that find nothing ready back off, doubling up to this: a worker leading on the set
 # (LINGER) takes the ready ones itself, and a waiter waking 500 times a second for nothing is
@@ -51,11 +52,10 @@ LINGER = 0.02
 # One worker at a time takes ready connections one after another (the chain's owner); another
 # that ends a request goes back to the pool instead, unless the owner has been in its current
 # request this long: then it waits (a backend call, a sleep) and the other takes over. Several
-# threads running hello-sized requests back to back only queue for the GIL, each waiting out
-# CPython's switch interval (5 ms) for it after every system call that gives it up: through
-# nginx with kept connections, a p99.9 of 13-65 ms and requests left 100-340 ms.
+# threads taking short requests back to back only queue for the GIL, each waiting out
+# CPython's switch interval (5 ms) after every system call that gives it up.
 CHAIN_HANDOVER = 0.001
-# Any other worker finding nothing ready waits this long: the web server's next request on the
+# The owner, finding nothing ready while other workers run, waits this long: the web server's next request on the
 # connection it just answered comes a round trip later (about 0.1 ms through nginx), and
 # catching it here saves the waiter's check and a thread wake-up (epoll wakes one waiter per
 # event). Without it, behind nginx, 16 connections of 50 ms requests ran 14.5 at once, not 15.4.
@@ -98,8 +98,9 @@ class ParkedSet:
         self._running = 0      # workers between enter() and leave()
         self._lingering = False  # a worker (not the last) waits SHORT_LINGER on the set
         self._polling = 0      # workers waiting on the set now (under _lock: see _offer)
-        self._chain_owner = None     # the thread taking ready connections (take_ready)
-        self._owner_busy_since = None  # when its current request began; None between two
+        # The chain (take_ready): (the owner's thread id, when its current request began or
+        # None between two), one tuple so that a reader never mixes two owners' halves.
+        self._chain = (None, None)
         self._epoll = None
         self._wake_r = self._wake_w = None
         self._thread = None
@@ -214,22 +215,17 @@ class ParkedSet:
         """The next parked connection that is readable, or None: None at once when another
         worker owns the chain and is in a short request or between two (CHAIN_HANDOVER);
         else waits on the set at most LINGER (the last worker running) or SHORT_LINGER (one
-        other worker), else not at all. Hints read without the lock: two owners for a moment,
-        or none, cost a check of the waiter at most."""
+        other worker), else not at all. The chain is a hint read without the lock: at worst
+        two owners for a moment, or none (the waiter's check then hands ready ones out)."""
         me = get_ident()
-        if self._chain_owner != me:
-            if self._chain_owner is not None:
-                since = self._owner_busy_since
-                if since is None or monotonic() - since < CHAIN_HANDOVER:
-                    return None
-            self._chain_owner = me
-        self._owner_busy_since = None
+        owner, since = self._chain
+        if owner != me and owner is not None \
+                and (since is None or monotonic() - since < CHAIN_HANDOVER):
+            return None
+        self._chain = (me, None)
         tracked = self._take()
-        if tracked is None:
-            if self._chain_owner == me:
-                self._chain_owner = None
-        else:
-            self._owner_busy_since = monotonic()
+        if self._chain[0] == me:
+            self._chain = (None, None) if tracked is None else (me, monotonic())
         return tracked
 
     def _take_offered(self):
@@ -297,8 +293,8 @@ class ParkedSet:
     def leave(self):
         with self._lock:
             self._running -= 1
-            if self._chain_owner == get_ident():
-                self._chain_owner = None
+            if self._chain[0] == get_ident():
+                self._chain = (None, None)
             # The waiter watches the set itself again; a notify only when it waits for one
             # (Condition.notify is Python code, and runs after every connection otherwise).
             if not self._running and self._waiter_waits:
@@ -352,25 +348,19 @@ class ParkedSet:
                 previous = self._offer(ready)
 
     def _offer(self, ready):
-        """The waiter found ``ready`` ((tracked, token) pairs; one-shot: reported to it alone)
-        while workers run. A worker waiting on the set would not see them, and would sleep
-        out its linger while they wait (behind nginx's kept connections, a stall of the
-        whole server until the next check: the p99.9 of 20-40 ms before this): then they go
-        back in the set, armed, and wake it. Else they are offered for the workers to take
-        after their current request. Returns what was offered (handed to the pool if still
-        there at the next check)."""
+        """The waiter found ``ready`` ((tracked, token) pairs, reported to it alone) while
+        workers run: one per worker waiting on the set goes back in it, armed, to wake it
+        (it would not see them here); the rest are offered. Returns what was offered."""
         with self._lock:
-            polling = self._polling
-            if not polling:
-                self._offered.extend(ready)
-        if not polling:
-            return ready
-        for tracked, token in ready:
+            back, offered = ready[:self._polling], ready[self._polling:]
+            self._offered.extend(offered)
+        for tracked, token in back:
             try:
                 self._arm(tracked.fd, True)
             except (OSError, ValueError):
-                pass  # closed by a stop, which closes the parked connections itself
-        return []
+                if self._own(tracked, token):
+                    self._give(tracked)  # not watched any more: a thread takes it now
+        return offered
 
     def _give(self, tracked):
         try:

@@ -70,8 +70,9 @@ class _TrackedJob(_ActiveJob):
 
     With ``parked`` (a ParkedSet), a job that ``can_park`` is told PARK instead of waiting
     idle: it returns from ``run()`` with ``parked`` set; it is then watched in the set, and the
-    worker goes on with the next ready parked connection, if any, before it goes back to the
-    pool: under load one thread serves request after request with no wake-up in between."""
+    worker that owns the set's chain goes on with the next ready parked connection, if any,
+    before it goes back to the pool: under load one thread serves request after request with
+    no wake-up in between."""
 
     __slots__ = ("_parked", "_pool", "registered", "park_token", "fd")
 

@@ -342,7 +342,7 @@ def test_one_worker_takes_ready_connections_while_the_chains_owner_runs_short_re
     clock[0] += parking.CHAIN_HANDOVER * 2
     _take_in_thread(parked, out, enter=False).join(WAIT)
     assert out[1] in (first, second) and out[1] is not out[0]  # a long request: taken over
-    assert parked._chain_owner not in (None, threading.get_ident())
+    assert parked._chain[0] not in (None, threading.get_ident())
 
 
 def test_a_worker_that_leaves_the_set_gives_up_the_chain(bare_set):
@@ -351,9 +351,34 @@ def test_a_worker_that_leaves_the_set_gives_up_the_chain(bare_set):
     peer.send(b'request')
     parked.enter()
     assert parked.take_ready() is tracked
-    assert parked._chain_owner == threading.get_ident()
+    assert parked._chain[0] == threading.get_ident()
     parked.leave()
-    assert parked._chain_owner is None
+    assert parked._chain == (None, None)
+
+
+def test_a_worker_about_to_wait_on_the_set_takes_the_waiters_offers_instead(bare_set):
+    """The waiter may offer between a worker's look at the offers and its wait on the set:
+    under the lock, the wait is not begun then."""
+    parked, park = bare_set
+    tracked, peer = park()
+    parked._offered.append((tracked, tracked.park_token))
+    started = time.monotonic()
+    assert parked._poll(60.0) is None
+    assert time.monotonic() - started < 30 and parked._polling == 0
+
+
+def test_a_connection_the_waiter_cannot_put_back_goes_to_the_pool(bare_set, monkeypatch):
+    parked, park = bare_set
+    given = []
+    parked._hand_off = given.append
+    tracked, peer = park()
+    parked._polling = 1
+
+    def refuse(*args):
+        raise OSError("epoll_ctl failed")
+    monkeypatch.setattr(parked, '_arm', refuse)
+    assert parked._offer([(tracked, tracked.park_token)]) == []
+    assert given == [tracked] and tracked.fd not in parked._parked
 
 
 def test_a_job_that_cannot_park_bypasses_the_parked_set():
