@@ -36,6 +36,10 @@ SERVER = textwrap.dedent("""
     import json, os, signal, sys, threading, time
     sys.path.insert(0, %(root)r)
     mode, path, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    # SIGINT as a terminal or systemd leaves it: raising KeyboardInterrupt. A background job
+    # of a script starts with it ignored, and prefork children keep what was there before
+    # run() (flup's rule): the shutdown's SIGINT then cannot interrupt a busy child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import flupfast.serving.prefork.arbiter as prefork
     for name, value in options.pop("constants", {}).items():
         setattr(prefork, name, value)  # shorten the shutdown grace for the escalation test
@@ -204,7 +208,12 @@ class Server:
         """Send ``signum``, wait for the exit; returns (seconds taken, RESULT dict)."""
         started = time.monotonic()
         self.signal(signum)
-        self.proc.wait(STOP_BOUND * 3)
+        try:
+            self.proc.wait(STOP_BOUND * 3)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("still running %.1f s after signal %d; children %r; stderr:\n%s"
+                                 % (time.monotonic() - started, signum,
+                                    proc_children(self.pid), self.stderr())) from None
         elapsed = time.monotonic() - started
         out = self.proc.stdout.read().decode()
         results = [line[7:] for line in out.splitlines() if line.startswith("RESULT ")]
