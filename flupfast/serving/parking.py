@@ -55,10 +55,11 @@ LINGER = 0.02
 # threads taking short requests back to back only queue for the GIL, each waiting out
 # CPython's switch interval (5 ms) after every system call that gives it up.
 CHAIN_HANDOVER = 0.001
-# The owner, finding nothing ready while other workers run, waits this long: the web server's next request on the
-# connection it just answered comes a round trip later (about 0.1 ms through nginx), and
-# catching it here saves the waiter's check and a thread wake-up (epoll wakes one waiter per
-# event). Without it, behind nginx, 16 connections of 50 ms requests ran 14.5 at once, not 15.4.
+# The owner, finding nothing ready while other workers run, waits this long: the web
+# server's next request on the connection it just answered comes a round trip later (about
+# 0.1 ms through nginx), and catching it here saves the waiter's check and a thread wake-up
+# (epoll wakes one waiter per event). Without it, behind nginx, 16 connections of 50 ms
+# requests ran 14.5 at once, not 15.4.
 SHORT_LINGER = 0.002
 
 
