@@ -56,11 +56,19 @@ def sanitize_cgi_environ(environ, server_name):
     if query is None:
         return _gw_sanitize_cgi_environ(environ, server_name)
     if not query:
-        uri = environ.get('REQUEST_URI')
-        if uri is None or '?' not in uri:
-            environ['QUERY_STRING'] = ''
-        else:
-            environ['QUERY_STRING'] = uri.split('?', 1)[1]
+        _query_from_request_uri(environ)
+
+
+cdef int _query_from_request_uri(environ) except -1:
+    """gateway.fill_query_string for an empty or absent QUERY_STRING: REQUEST_URI's query,
+    or '' (FastCGI's and SCGI's sanitize alike)."""
+    uri = environ.get('REQUEST_URI')
+    if uri is None:
+        environ['QUERY_STRING'] = ''
+    else:
+        parts = uri.split('?', 1)
+        environ['QUERY_STRING'] = parts[1] if len(parts) > 1 else ''
+    return 0
 
 
 cdef inline bint _one_item(result) except -1:

@@ -365,12 +365,7 @@ cdef bint _sanitize_common(environ, server) except -1:
     if script_name is not None and not environ.get('PATH_INFO'):
         return False
     if not environ.get('QUERY_STRING'):
-        uri = environ.get('REQUEST_URI')
-        if uri is None:
-            environ['QUERY_STRING'] = ''
-        else:
-            parts = uri.split('?', 1)
-            environ['QUERY_STRING'] = parts[1] if len(parts) > 1 else ''
+        _query_from_request_uri(environ)
     if script_name is not None and 'SCRIPT_NAME' not in environ:
         environ['SCRIPT_NAME'] = ''
     return True
