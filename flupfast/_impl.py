@@ -95,20 +95,21 @@ TWINS = (
     ("run_application", "run_application", "flupfast.gateway", "run_application"),
     ("serve_scgi", "serve_scgi", "flupfast.scgi_connection", "serve"),
     ("run_scgi", "run_scgi", "flupfast.scgi_connection", "run"),
+    ("run_fcgi", "run_fcgi", "flupfast.fastcgi_connection", "run"),
     ("uwsgi_url_scheme", "uwsgi_url_scheme", "flupfast.protocols.uwsgi", "url_scheme"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
-# importing a codec must not load; the SCGI connection's serve imports this module.
-LAZY = frozenset({"serve_child", "Leader", "serve_scgi", "run_scgi"})
+# importing a codec must not load; the SCGI and FastCGI connections import this module.
+LAZY = frozenset({"serve_child", "Leader", "serve_scgi", "run_scgi", "run_fcgi"})
 
 
 def runs_compiled(kind):
-    """Mark a method of flupfast's SCGI/uwsgi request path whose code the compiled
-    ``serve_scgi``/``run_scgi`` run themselves, in C, while it is the method in force
-    (_cython/scgi_serve.pxi, by identity, per class): an override on a subclass, or a function
-    patched into the class, is called where the pure path calls it. ``kind`` names which
-    twin takes over."""
+    """Mark a method of flupfast's request path whose code the compiled ``serve_scgi``/
+    ``run_scgi`` (SCGI, uwsgi) or ``run_fcgi`` (FastCGI, kinds ``fcgi:...``) run themselves,
+    in C, while it is the method in force (_cython/scgi_serve.pxi, fastcgi_serve.pxi; by
+    identity, per class): an override on a subclass, or a function patched into the class, is
+    called where the pure path calls it. ``kind`` names which twin takes over."""
     def mark(method):
         if _speedups is not None:
             _speedups.OWN_METHODS[kind] = method

@@ -150,5 +150,11 @@ class BodySource:
 
 def uwsgi_url_scheme(environ: Dict[str, Any]) -> str: ...
 
-# The methods serve_scgi/run_scgi may run themselves, by kind (flupfast._impl.runs_compiled).
+# -- one non-multiplexed FastCGI connection (flupfast.fastcgi_connection.run): its records,
+# its requests with flup's Request, the server's handler and the streams, and its end.
+
+def run_fcgi(conn: Any) -> int: ...
+
+# The methods serve_scgi/run_scgi/run_fcgi may run themselves, by kind
+# (flupfast._impl.runs_compiled).
 OWN_METHODS: Dict[str, Any]

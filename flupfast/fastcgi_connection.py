@@ -42,6 +42,7 @@ class FastCGIRequest:
     ``handler``/``error`` overrides use them): params, stdin, stdout, stderr, data.
     """
 
+    @_impl.runs_compiled('fcgi:request_init')
     def __init__(self, conn, inputStreamClass=None, timeout=None):
         self._conn = conn
         self.server = conn.server
@@ -72,6 +73,7 @@ class FastCGIRequest:
     def data(self, stream):
         self._data = stream
 
+    @_impl.runs_compiled('fcgi:request_run')
     def run(self):
         """Run the handler, answer errors, end the request (flup fcgi_base.py:568-598)."""
         try:
@@ -95,6 +97,7 @@ class FastCGIRequest:
                 protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
         self._end(app_status, protocol_status)
 
+    @_impl.runs_compiled('fcgi:request_end')
     def _end(self, appStatus=0, protocolStatus=fcgi.FCGI_REQUEST_COMPLETE):
         self._conn.end_request(self, appStatus, protocolStatus)
 
@@ -157,6 +160,7 @@ class FastCGIConnection(Connection):
 
     # -- reading -----------------------------------------------------------------------------
 
+    @_impl.runs_compiled('fcgi:_read_events')
     def _read_events(self):
         """Receive once and queue the events; returns False at EOF."""
         # recv_some inlined: this runs once per request. The parser copies what it keeps.
@@ -168,6 +172,7 @@ class FastCGIConnection(Connection):
         self._events.extend(self._parser.feed(data))
         return True
 
+    @_impl.runs_compiled('fcgi:open_streams')
     def open_streams(self, req):
         """Give a new request its streams: stdin, stdout, stderr, and data for the FILTER
         role. They share ``req._io`` with this connection and hold no reference to ``req``."""
@@ -183,12 +188,14 @@ class FastCGIConnection(Connection):
         if req.role == fcgi.FCGI_FILTER:
             req.data = self.open_input(io, fcgi.FCGI_DATA)
 
+    @_impl.runs_compiled('fcgi:open_input')
     def open_input(self, io, stream_type):
         if self.multiplexed:
             return _impl.InputStream(io.pending[stream_type].pull)
         # A partial (built in C, no Python __init__): most requests never read their body.
         return _impl.InputStream(partial(self._pull, io, stream_type))
 
+    @_impl.runs_compiled('fcgi:_pull')
     def _pull(self, io, stream_type):
         """The next chunk of one of a request's input streams; reads the socket only when the
         app asks, handling whatever else arrives meanwhile (flup's lazy stdin). After the
@@ -217,26 +224,14 @@ class FastCGIConnection(Connection):
         """Serve until the web server closes, a request without KEEP_CONN ends, or the
         request budget (``max_requests``) is spent. Returns the number of requests served.
         """
-        try:
-            self._serve()
-        except ProtocolError as exc:
-            logger.error('FastCGI protocol error from %s: %s; closing the connection',
-                         self._peer_name(), exc)
-        except ClientDisconnected:
-            pass
-        except OSError as exc:
-            if not is_peer_gone(exc):
-                logger.exception('FastCGI connection from %s failed', self._peer_name())
-        finally:
-            if not self.parked:
-                self._finish()
-        return self.served
+        return _impl.run_fcgi(self)
 
     def _peer_name(self):
         if isinstance(self._addr, tuple) and len(self._addr) >= 2:
             return '%s:%s' % self._addr[:2]
         return self._addr or 'unix socket'
 
+    @_impl.runs_compiled('fcgi:_serve')
     def _serve(self):
         ready = self.parked  # back from the parked set: the socket is readable
         self.parked = False
@@ -277,6 +272,7 @@ class FastCGIConnection(Connection):
                    fcgi.encode_record(fcgi.FCGI_STDOUT, request_id),
                    fcgi.encode_end_request(request_id, 0, fcgi.FCGI_OVERLOADED)])
 
+    @_impl.runs_compiled('fcgi:_finish')
     def _finish(self):
         for req in list(self._requests.values()):
             if self.multiplexed:
@@ -295,6 +291,7 @@ class FastCGIConnection(Connection):
         for spool in req._io.pending.values():
             spool.close()
 
+    @_impl.runs_compiled('fcgi:_dispatch')
     def _dispatch(self, event):
         record_type, request_id, payload = event
         if record_type == fcgi.FCGI_STDIN or record_type == fcgi.FCGI_DATA:
@@ -334,6 +331,7 @@ class FastCGIConnection(Connection):
             logger.warning('FastCGI: ignoring record of unknown type %d for request %d from %s',
                            record_type, request_id, self._peer_name())
 
+    @_impl.runs_compiled('fcgi:_on_begin_request')
     def _on_begin_request(self, request_id, payload):
         role, flags = payload
         if request_id in self._requests:
@@ -354,6 +352,7 @@ class FastCGIConnection(Connection):
         self.open_streams(req)
         self._requests[request_id] = req
 
+    @_impl.runs_compiled('fcgi:_on_abort_request')
     def _on_abort_request(self, req):
         """Spec 5.4: answer END_REQUEST as soon as possible. The app cannot be interrupted,
         but a read of its body waiting for STDIN is: it raises ClientDisconnected (the
@@ -367,6 +366,7 @@ class FastCGIConnection(Connection):
         if not req._started:
             self.end_request(req)
 
+    @_impl.runs_compiled('fcgi:_on_params')
     def _on_params(self, request_id, params):
         req = self._requests.get(request_id)
         if req is None:
@@ -401,6 +401,7 @@ class FastCGIConnection(Connection):
 
     # -- ending a request --------------------------------------------------------------------
 
+    @_impl.runs_compiled('fcgi:end_request')
     def end_request(self, req, app_status=0, protocol_status=fcgi.FCGI_REQUEST_COMPLETE):
         """Close STDOUT and STDERR, then END_REQUEST (spec 5.5: always in this order), all in
         one send; then keep the connection, drain it, or close it.
@@ -464,6 +465,7 @@ class FastCGIConnection(Connection):
             self._requests.pop(request_id, None)
             io.pending = None  # its input streams read nothing more
 
+    @_impl.runs_compiled('fcgi:truncate_request')
     def truncate_request(self, req):
         """The app failed after its response began: END_REQUEST would pass the part sent for
         the whole response (nginx and Apache then end the client's response normally).
@@ -482,6 +484,7 @@ class FastCGIConnection(Connection):
             self._requests.pop(req.requestId, None)
             req._io.pending = None
 
+    @_impl.runs_compiled('fcgi:_discard_input')
     def _discard_input(self, req, deadline):
         """Read and drop the rest of ``req``'s STDIN until its end or ``deadline``."""
         self._discard_queued_input(req)
@@ -489,6 +492,7 @@ class FastCGIConnection(Connection):
         while not io.ended[fcgi.FCGI_STDIN] and time.monotonic() < deadline:
             self._pull(io, fcgi.FCGI_STDIN)
 
+    @_impl.runs_compiled('fcgi:_discard_queued_input')
     def _discard_queued_input(self, req):
         """Take the request's input records already received (typically the empty STDIN that
         came with the body), so that closing needs no lingering read."""
@@ -507,3 +511,25 @@ class FastCGIConnection(Connection):
         if last and not req.keep_conn:
             # Wake the reading thread; it closes the socket once the reads stop.
             shutdown_quietly(self._sock, socket.SHUT_RDWR)
+
+
+def run(conn):
+    """``run()`` of a FastCGI connection: the record loop (``_serve``), a protocol error as one
+    line naming the peer, a peer that left without a traceback, then ``_finish``. The compiled
+    twin (_cython/fastcgi_serve.pxi) runs the whole non-multiplexed connection in C while its
+    methods, flup's Request and the server's ``handler`` and ``_sanitizeEnv`` are flupfast's
+    own (``_impl.runs_compiled``); otherwise it calls this."""
+    try:
+        conn._serve()
+    except ProtocolError as exc:
+        logger.error('FastCGI protocol error from %s: %s; closing the connection',
+                     conn._peer_name(), exc)
+    except ClientDisconnected:
+        pass
+    except OSError as exc:
+        if not is_peer_gone(exc):
+            logger.exception('FastCGI connection from %s failed', conn._peer_name())
+    finally:
+        if not conn.parked:
+            conn._finish()
+    return conn.served

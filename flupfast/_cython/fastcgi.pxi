@@ -246,6 +246,11 @@ def frame_stdout(request_id, data, max_content, record_type=FCGI_STDOUT):
     must be a multiple of 8 in 8..65528 so that only the last record needs padding.
     Empty ``data`` gives an empty list (the end-of-stream record is ``encode_record``).
     """
+    return _frame(request_id, data, max_content, record_type)
+
+
+cdef list _frame(request_id, data, max_content, record_type):
+    """frame_stdout, for compiled callers (fastcgi_serve.pxi's streams)."""
     cdef object view = PyMemoryView_FromObject(data)
     cdef Py_buffer *vb = PyMemoryView_GET_BUFFER(view)
     if vb.ndim != 1 or vb.itemsize != 1:

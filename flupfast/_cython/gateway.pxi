@@ -46,17 +46,25 @@ def sanitize_cgi_environ(environ, server_name):
     """flup's FastCGI ``_sanitizeEnv``: what nginx and Apache send (PATH_INFO, every
     variable WSGI requires) here, with at most QUERY_STRING taken from REQUEST_URI; anything
     else by the pure twin, whose rules these are."""
+    if not _sanitize_cgi_fast(environ):
+        return _gw_sanitize_cgi_environ(environ, server_name)
+
+
+cdef bint _sanitize_cgi_fast(environ) except -1:
+    """sanitize_cgi_environ where it changes at most QUERY_STRING; False, with the environ
+    untouched, for the pure twin to do the rest."""
     cdef object query
     if type(environ) is not dict or 'SCRIPT_NAME' not in environ \
             or not environ.get('PATH_INFO') or 'REQUEST_METHOD' not in environ \
             or 'SERVER_NAME' not in environ or 'SERVER_PORT' not in environ \
             or 'SERVER_PROTOCOL' not in environ:
-        return _gw_sanitize_cgi_environ(environ, server_name)
+        return False
     query = environ.get('QUERY_STRING')
     if query is None:
-        return _gw_sanitize_cgi_environ(environ, server_name)
+        return False
     if not query:
         _query_from_request_uri(environ)
+    return True
 
 
 cdef int _query_from_request_uri(environ) except -1:

@@ -431,6 +431,7 @@ class BaseFCGIServer(object):
 
     # -- WSGI ------------------------------------------------------------------------------
 
+    @_impl.runs_compiled('fcgi:handler')
     def handler(self, req):
         """Run the WSGI app for ``req``; returns ``(protocolStatus, appStatus)``."""
         if req.role not in self.roles:
@@ -450,6 +451,7 @@ class BaseFCGIServer(object):
                               None if self.multithreaded else self._appLock)
         return FCGI_REQUEST_COMPLETE, 0
 
+    @_impl.runs_compiled('fcgi:sanitize')
     def _sanitizeEnv(self, environ):
         """Ensure certain values are present, if required by WSGI."""
         _impl.sanitize_cgi_environ(environ, self.__class__.__name__)

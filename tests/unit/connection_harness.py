@@ -24,6 +24,11 @@ def use_twins(monkeypatch, backend, names):
         monkeypatch.setattr(_impl, name, getattr(backend, name))
 
 
+# The names in flupfast._impl a FastCGI connection looks up: its codec, its streams and the
+# compiled connection loop (run_fcgi).
+FASTCGI_TWINS = ('FastCGIParser', 'InputStream', 'frame_stdout', 'run_fcgi')
+
+
 def backend_fixture(*names):
     """A ``use_backend`` fixture running the connection on ``backend``'s twins of ``names``."""
     @pytest.fixture

@@ -16,12 +16,12 @@ from flupfast.gateway import ERROR_BODY
 from flupfast.protocols import fastcgi as f
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
-from tests.unit.connection_harness import (ConnectionHarness, backend_fixture, echo,
+from tests.unit.connection_harness import (FASTCGI_TWINS, ConnectionHarness, backend_fixture, echo,
                                           environ_app_showing, hello, read_to_eof,
                                           read_until_reset)
 
 
-use_backend = backend_fixture('FastCGIParser', 'InputStream', 'frame_stdout')
+use_backend = backend_fixture(*FASTCGI_TWINS)
 
 
 class Harness(ConnectionHarness):

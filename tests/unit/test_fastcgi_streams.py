@@ -10,9 +10,9 @@ import pytest
 
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
-from tests.unit.connection_harness import ConnectionHarness, backend_fixture, echo
+from tests.unit.connection_harness import FASTCGI_TWINS, ConnectionHarness, backend_fixture, echo
 
-use_backend = backend_fixture('FastCGIParser', 'InputStream', 'frame_stdout')
+use_backend = backend_fixture(*FASTCGI_TWINS)
 
 
 class Harness(ConnectionHarness):

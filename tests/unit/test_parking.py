@@ -14,12 +14,13 @@ import types
 
 import pytest
 
-from flupfast import _impl, sockio
+from flupfast import sockio
 from flupfast.serving import parking
 from flupfast.serving.job import Job, wait
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
+from tests.unit.connection_harness import FASTCGI_TWINS, use_twins
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not parking.supported(), reason="no epoll")
@@ -39,11 +40,7 @@ def app(environ, start_response):
 def served(backend, monkeypatch, tmp_path):
     """A ThreadedMode (parking on) serving FastCGI on a Unix socket in a thread:
     (mode, connect)."""
-    monkeypatch.setattr(_impl, 'FastCGIParser', backend.FastCGIParser)
-    monkeypatch.setattr(_impl, 'InputStream', backend.InputStream)
-    monkeypatch.setattr(_impl, 'frame_stdout', backend.frame_stdout)
-    monkeypatch.setattr(_impl, 'epoll_arm', backend.epoll_arm)
-    monkeypatch.setattr(_impl, 'epoll_ready_now', backend.epoll_ready_now)
+    use_twins(monkeypatch, backend, FASTCGI_TWINS + ('epoll_arm', 'epoll_ready_now'))
     SLOW.clear()
     server = fcgi_base.BaseFCGIServer(app)
     address = str(tmp_path / 'p.sock')

@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from flupfast import _impl
 from flupfast.serving import handover, parking
 from flupfast.serving.threaded import ThreadedMode
 from flupfast.server import ajp_base, fcgi_base
 from tests import ajp_client, fcgi_client
+from tests.unit.connection_harness import FASTCGI_TWINS, use_twins
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not parking.supported(), reason="no epoll")
@@ -51,8 +51,7 @@ PROTOCOLS = {
 @pytest.mark.parametrize('protocol', sorted(PROTOCOLS))
 def test_a_reload_keeps_idle_kept_connections_for_the_next_run(backend, monkeypatch, tmp_path,
                                                                 protocol):
-    for name in ('FastCGIParser', 'InputStream', 'frame_stdout', 'AJPParser'):
-        monkeypatch.setattr(_impl, name, getattr(backend, name))
+    use_twins(monkeypatch, backend, FASTCGI_TWINS + ('AJPParser',))
     make_server, ask = PROTOCOLS[protocol]
     server = make_server()
     job_class = server._connectionClass if protocol == 'fcgi' else ajp_base.Connection

@@ -1,0 +1,216 @@
+"""flup's hooks around a FastCGI request, overridden as flup users override them, on both
+backends: the compiled connection loop (``run_fcgi``) runs flupfast's own connection methods,
+flup's Request and the server's ``handler`` and ``_sanitizeEnv`` in C, and must hand the whole
+connection to the pure loop when any of them is overridden, on the class or the instance, or
+patched in later. Also: a connection leaves no reference cycle behind (the collector is not
+needed to free it), whatever way its request ended.
+"""
+import functools
+import gc
+import logging
+import socket
+
+import pytest
+
+from flupfast import fastcgi_connection
+from flupfast.protocols import fastcgi as f
+from flupfast.server import fcgi_base
+from tests.fcgi_client import read_response, request_bytes
+from tests.unit.connection_harness import hello
+from tests.unit.test_fastcgi_connection import Harness, environ_app, use_backend  # noqa: F401
+
+
+def subclassed(**attrs):
+    """A Harness whose server is a BaseFCGIServer subclass with ``attrs``."""
+    server_class = type('Server', (fcgi_base.BaseFCGIServer,), attrs)
+
+    class SubHarness(Harness):
+        def __init__(self, app, **kwargs):
+            Harness.__bases__[0].__init__(self, server_class(app, **kwargs))
+    return SubHarness
+
+
+def with_connection_class(connection_class):
+    class SubHarness(Harness):
+        @property
+        def connection_class(self):
+            return connection_class
+    return SubHarness
+
+
+def test_a_handler_overridden_on_the_class_is_called(use_backend):
+    def handler(self, req):
+        req.stdout.write(b'Status: 203 Mine\r\n\r\n' + req.params['REQUEST_URI'].encode())
+        return f.FCGI_REQUEST_COMPLETE, 0
+    resp = subclassed(handler=handler)(hello).request('/x')
+    assert (bytes(resp.stdout), resp.end[0]) == (b"Status: 203 Mine\r\n\r\n/x", 0)
+
+
+@pytest.mark.parametrize('name', ['handler', '_sanitizeEnv'])
+def test_a_hook_set_on_the_instance_is_called(use_backend, name):
+    h = Harness(environ_app)
+    stock = getattr(h.server, name)
+    called = []
+
+    def hook(*args):
+        called.append(name)
+        return stock(*args)
+    setattr(h.server, name, hook)
+    assert eval(h.request('/a?q=1').body)['QUERY_STRING'] == 'q=1'
+    assert called == [name]
+
+
+def test_an_overridden_sanitize_env_is_called(use_backend):
+    def _sanitizeEnv(self, environ):
+        fcgi_base.BaseFCGIServer._sanitizeEnv(self, environ)
+        environ['SCRIPT_NAME'] = '/mounted'
+    env = eval(subclassed(_sanitizeEnv=_sanitizeEnv)(environ_app).request('/a').body)
+    assert env['SCRIPT_NAME'] == '/mounted'
+
+
+def test_a_request_class_of_ones_own_runs(use_backend):
+    class Request(fcgi_base.Request):
+        def run(self):
+            self.stdout.write(b'Status: 200 OK\r\n\r\nown request')
+            self._end()
+    h = subclassed(request_class=Request)(hello)
+    assert h.request('/').body == b'own request'
+
+
+def test_an_error_hook_of_ones_own_answers_a_raising_app(use_backend, caplog):
+    def error(self, req):
+        req.stdout.write(b'Status: 500 Mine\r\n\r\n' + req.params['REQUEST_METHOD'].encode()
+                         + b' %d' % req.requestId)
+
+    def app(environ, start_response):
+        raise RuntimeError('boom')
+    resp = subclassed(error=error)(app).request('/')
+    assert bytes(resp.stdout) == b"Status: 500 Mine\r\n\r\nGET 1"
+    assert b'RuntimeError: boom' in resp.stderr
+
+
+@pytest.mark.parametrize('name', ['_dispatch', 'end_request', '_on_params', 'send', 'close',
+                                  '_finish', '_read_events'])
+def test_a_connection_method_of_ones_own_is_called(use_backend, name):
+    calls = []
+    stock = getattr(fastcgi_connection.FastCGIConnection, name)
+
+    def method(self, *args):
+        calls.append(name)
+        return stock(self, *args)
+    connection_class = type('Connection', (fcgi_base.Connection,), {name: method})
+    h = with_connection_class(connection_class)(hello)
+    resp = h.request('/')
+    h.join()
+    assert resp.body == b'Hello world!\n' and calls
+
+
+def test_a_method_patched_into_flupfasts_class_between_requests_is_called(use_backend,
+                                                                           monkeypatch):
+    """flup-era sites patch the library's own classes: a patch made after requests were served
+    counts from the next request on, and so does undoing it."""
+    h = Harness(environ_app)
+    assert eval(h.request('/a').body)['SCRIPT_NAME'] == ''
+    ended = []
+    stock_sanitize = fcgi_base.BaseFCGIServer._sanitizeEnv
+    stock_end = fastcgi_connection.FastCGIConnection.end_request
+
+    def _sanitizeEnv(self, environ):
+        stock_sanitize(self, environ)
+        environ['SCRIPT_NAME'] = '/patched'
+
+    def end_request(self, req, *args):
+        ended.append(req.requestId)
+        stock_end(self, req, *args)
+    monkeypatch.setattr(fcgi_base.BaseFCGIServer, '_sanitizeEnv', _sanitizeEnv)
+    monkeypatch.setattr(fastcgi_connection.FastCGIConnection, 'end_request', end_request)
+    assert eval(h.request('/a').body)['SCRIPT_NAME'] == '/patched'
+    assert ended == [1]
+    monkeypatch.undo()
+    assert eval(h.request('/a').body)['SCRIPT_NAME'] == ''
+    assert ended == [1]
+
+
+def test_a_handler_wrapped_with_functools_wraps_is_called(use_backend, monkeypatch):
+    calls = []
+    stock = fcgi_base.BaseFCGIServer.handler
+
+    @functools.wraps(stock)
+    def handler(self, req):
+        calls.append(req.params['REQUEST_URI'])
+        return stock(self, req)
+    monkeypatch.setattr(fcgi_base.BaseFCGIServer, 'handler', handler)
+    assert Harness(hello).request('/wrapped').body == b'Hello world!\n'
+    assert calls == ['/wrapped']
+
+
+def test_a_request_timeout_serves_through_flups_request(use_backend, monkeypatch):
+    """A connection with a timeout arms flup's watchdog in Request.run: the pure loop's."""
+    runs = []
+    stock = fastcgi_connection.FastCGIRequest.run
+
+    def run(self):
+        runs.append(self._timeout)
+        stock(self)
+    monkeypatch.setattr(fastcgi_connection.FastCGIRequest, 'run', run)
+    h = Harness(hello)
+    with h.connect(timeout=30) as sock:
+        sock.sendall(request_bytes('/'))
+        assert read_response(sock).body == b'Hello world!\n'
+    assert runs == [30]
+
+
+# -- no reference cycle per connection ------------------------------------------------------
+
+def _raise_before_output(environ, start_response):
+    raise RuntimeError('before')
+
+
+def _raise_after_output(environ, start_response):
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    yield b'part'
+    raise RuntimeError('after')
+
+
+def _read_body(environ, start_response):
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    return [environ['wsgi.input'].read()]
+
+
+CASES = {
+    'hello': (hello, lambda: request_bytes('/')),
+    'body read': (_read_body, lambda: request_bytes('/', body=b'b' * 100000, method='POST')),
+    'body unread': (hello, lambda: request_bytes('/', body=b'b' * 100000, method='POST')),
+    'kept, three requests': (hello, lambda: b''.join(
+        request_bytes('/', keep_conn=True) for _ in range(3))),
+    'error page': (_raise_before_output, lambda: request_bytes('/')),
+    'truncated': (_raise_after_output, lambda: request_bytes('/')),
+    'aborted': (hello, lambda: request_bytes('/', split=True)[0]
+                + f.encode_record(f.FCGI_ABORT_REQUEST, 1)),
+    'get values': (hello, lambda: f.encode_record(
+        f.FCGI_GET_VALUES, 0, f.encode_params([('FCGI_MAX_CONNS', '')])) + request_bytes('/')),
+}
+
+
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_a_connection_leaves_no_reference_cycle(use_backend, case, caplog):
+    app, data = CASES[case]
+    server = fcgi_base.BaseFCGIServer(app)
+
+    def once():
+        ours, theirs = socket.socketpair()
+        with ours:
+            ours.sendall(data())
+            ours.shutdown(socket.SHUT_WR)
+            conn = server._connectionClass(theirs, None, server, None)
+            conn.run()
+    with caplog.at_level(logging.CRITICAL, logger='flupfast'):
+        once()  # caches warmed
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(5):
+                once()
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
