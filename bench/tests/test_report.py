@@ -123,6 +123,37 @@ def test_fronts_targets():
     assert pure["met"], pure
 
 
+def test_fronts_tail_targets():
+    results = _results()
+    servers = results["fronts"]["groups"]["fcgi-thread"]["servers"]
+    servers["uwsgi"]["echo"] = {"rps": 900.0, "p99_ms": 20.0}
+    servers["compiled"]["hello"]["p99_ms"] = 4.5
+    servers["compiled"]["echo"] = {"rps": 1000.0, "p99_ms": 39.0}
+    targets = {t["target"]: t for t in fronts_report.evaluate_targets(results)}
+    hello = targets["FastCGI, thread mode, nginx: flupfast compiled p99 (hello) within 2x "
+                    "uWSGI's"]
+    assert not hello["met"] and hello["value"] == "2.25x (4.50 vs 2.00 ms)"
+    echo = targets["FastCGI, thread mode, nginx: flupfast compiled p99 (71 KB echo, 100 "
+                   "clients) within 2x uWSGI's"]
+    assert echo["met"] and echo["value"] == "1.95x (39.00 vs 20.00 ms)"
+    # the keep_conn off column died mid-run: no figure
+    new_conn = targets["FastCGI, thread mode, nginx: flupfast compiled, keep_conn off p99 "
+                       "(hello) within 1.5x uWSGI's"]
+    assert not new_conn["met"] and new_conn["value"] == "not measured"
+    lines = fronts_report.render_section(results)
+    assert any(line.startswith("| 71 KB echo, 100 clients: req/s") and "1.11x" in line
+               for line in lines)
+
+
+def test_a_groups_p99_is_the_median_of_its_rounds():
+    from bench.scenarios.behind_fronts import _median
+    runs = [{"rps": 10.0, "p99_ms": 3.0}, {"rps": 30.0, "p99_ms": 2.0},
+            {"rps": 20.0, "p99_ms": 90.0}]
+    best = _median(runs, "rps")
+    assert best["rps"] == 20.0 and best["p99_ms"] == 3.0
+    assert best["rps_rounds"] == [10.0, 30.0, 20.0] and best["p99_ms_rounds"] == [3.0, 2.0, 90.0]
+
+
 def test_callgrind_table():
     lines = instructions.render_section(_results(), ["flup", "pure", "compiled"])
     row = next(line for line in lines if line.startswith("| FastCGI"))
