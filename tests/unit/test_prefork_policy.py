@@ -10,6 +10,7 @@ import pytest
 from flupfast.serving.prefork import (
     BUSY, EXITING, IDLE, STATUS_BUSY, STATUS_IDLE, PoolChange, PoolLimits, decide_pool_change,
     notify_parent, serve_child)
+from flupfast.limits import FORK_RETIRE_SPACING
 from flupfast.server.preforkserver import PreforkServer
 from tests.waiting import wait_until
 
@@ -404,7 +405,11 @@ def _tended_pool(monkeypatch, children, max_children):
     monkeypatch.setattr(prefork.time, 'monotonic', lambda: now[0])
     mode = PreforkMode(object, min_spare=1, max_spare=2, max_children=max_children)
     retired = []
-    monkeypatch.setattr(mode, 'retire_child', retired.append)
+
+    def retire_child(pid):  # as the parent's: the child is exiting from then on
+        retired.append(pid)
+        mode.children[pid].state = EXITING
+    monkeypatch.setattr(mode, 'retire_child', retire_child)
     monkeypatch.setattr(mode, 'spawn_child', lambda sock: pytest.fail('no spawn expected'))
     mode.children = {pid: ChildRecord(pid, None) for pid in range(1, children + 1)}
     return mode, now, retired
@@ -434,7 +439,37 @@ def test_idle_children_above_max_spare_retire_only_once_the_excess_lasts(monkeyp
     assert retired == []
     now[0] += FORK_RETIRE_DELAY * 0.2
     mode._tend_pool(None)
-    assert sorted(retired) == [3, 4, 5]  # the extras above maxSpare, highest pids
+    assert retired == [5]  # the extras above maxSpare, highest pid first, one at a time
+    for _ in range(2):
+        now[0] += FORK_RETIRE_SPACING * 1.1
+        mode._tend_pool(None)
+    assert retired == [5, 4, 3]
+
+
+def test_extras_retire_one_at_a_time_a_spacing_apart(monkeypatch):
+    """A child's exit copies the pages it inherited (the interpreter's teardown writes to every
+    object): after a burst the extras go one per FORK_RETIRE_SPACING, not all at once."""
+    from flupfast.limits import FORK_RETIRE_DELAY
+    mode, now, retired = _tended_pool(monkeypatch, 6, max_children=6)  # 6 idle: 4 extra
+    mode._tend_pool(None)
+    now[0] += FORK_RETIRE_DELAY
+    mode._tend_pool(None)
+    assert retired == [6]
+    assert 0 < mode._excess_timeout(1.0) <= FORK_RETIRE_SPACING  # the parent wakes for it
+    now[0] += FORK_RETIRE_SPACING * 0.6
+    mode._tend_pool(None)
+    assert retired == [6]
+    now[0] += FORK_RETIRE_SPACING * 0.5
+    mode._tend_pool(None)
+    assert retired == [6, 5]
+    mode.children[1].state = BUSY  # a request: one extra fewer, so one retirement fewer
+    now[0] += FORK_RETIRE_SPACING * 1.1
+    mode._tend_pool(None)
+    assert retired == [6, 5, 4]
+    mode.children[1].state = IDLE
+    now[0] += FORK_RETIRE_SPACING * 1.1
+    mode._tend_pool(None)
+    assert retired == [6, 5, 4] and mode._excess is not None  # a new excess waits the delay
 
 
 def test_only_the_children_idle_through_the_whole_delay_retire(monkeypatch):

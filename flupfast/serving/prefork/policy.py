@@ -4,7 +4,7 @@ socket or clock here: the arbiter passes ``now`` in.
 """
 from dataclasses import dataclass
 
-from flupfast.limits import FORK_RETIRE_DELAY
+from flupfast.limits import FORK_RETIRE_DELAY, FORK_RETIRE_SPACING
 
 __all__ = ["BUSY", "IDLE", "EXITING", "STATUS_BUSY", "STATUS_IDLE", "SLOT_EMPTY",
            "SLOT_UNREPORTED", "PoolChange", "PoolLimits", "child_request_limit",
@@ -84,8 +84,10 @@ def decide_pool_change(states, limits):
 def retire_after_delay(retire, excess, now):
     """The retire hysteresis: ``retire`` (decide_pool_change's pids) go only once an excess has
     lasted FORK_RETIRE_DELAY, and then only as many as stayed idle through the whole delay (the
-    fewest extras seen). ``excess`` is the state carried between calls: None, or (since,
-    fewest). Returns (pids to retire now, the new ``excess``)."""
+    fewest extras seen), one at a time, FORK_RETIRE_SPACING apart, highest pid first; an
+    excess that shrinks meanwhile retires fewer. ``excess`` is the state carried between
+    calls: None, or (since, fewest), ``since`` moved so that the next one is due a spacing
+    after the last. Returns (pids to retire now, the new ``excess``)."""
     if not retire:
         return (), None
     if excess is None:
@@ -93,7 +95,9 @@ def retire_after_delay(retire, excess, now):
     since, fewest = excess
     fewest = min(fewest, len(retire))
     if now - since >= FORK_RETIRE_DELAY:
-        return retire[-fewest:], None
+        left = fewest - 1
+        return retire[-1:], ((now - FORK_RETIRE_DELAY + FORK_RETIRE_SPACING, left) if left
+                              else None)
     return (), (since, fewest)
 
 
