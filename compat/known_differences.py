@@ -94,9 +94,12 @@ DIFFERENCES = [
         'prefork-pool-growth', 'preforkserver.py:184',
         'compares the status byte with a str: the pool never grows past maxSpare',
         'grows to maxChildren under load; idle children above maxSpare are retired once the '
-        'excess has lasted FORK_RETIRE_DELAY (1 s), as Apache\'s prefork trims once a second',
+        'excess has lasted FORK_RETIRE_DELAY (1 s), as Apache\'s prefork trims once a second, '
+        'then one at a time, FORK_RETIRE_SPACING (0.1 s) apart',
         'maxChildren is the documented contract; retiring at the first excess and forking '
-        'again a moment later churns the pool under steady load'),
+        'again a moment later churns the pool under steady load, and a dozen children exiting '
+        'at once (each exit copies the pages it inherited) spike the CPU and memory beside '
+        'the requests still running'),
     Difference(
         'prefork-signals', 'preforkserver.py:152-167, :195, :261-288',
         'ignores SIGTERM/SIGINT/SIGHUP while idle; SIGUSR1 crashes the parent; the 10 s '
