@@ -71,8 +71,8 @@ cdef int _query_from_request_uri(environ) except -1:
     """gateway.fill_query_string for an empty or absent QUERY_STRING: REQUEST_URI's query,
     or '' (FastCGI's and SCGI's sanitize alike)."""
     uri = environ.get('REQUEST_URI')
-    if uri is None:
-        environ['QUERY_STRING'] = ''
+    if uri is None or (type(uri) is str and '?' not in <str>uri):
+        environ['QUERY_STRING'] = ''  # no query (split's answer, without its list)
     else:
         parts = uri.split('?', 1)
         environ['QUERY_STRING'] = parts[1] if len(parts) > 1 else ''
