@@ -35,20 +35,12 @@ cdef int _FCGI_NULL_REQUEST_ID = _fcgi_codec.FCGI_NULL_REQUEST_ID
 cdef object _fcgi_logger = _logging.getLogger('flupfast')  # fastcgi_connection's logger
 cdef object _monotonic = _time.monotonic
 
-# Bound at the first connection: these modules import _impl, which imports this extension.
-cdef object _fcgi_py = None             # flupfast.fastcgi_connection (the pure twin)
-cdef object _completed_records = None   # fastcgi_streams': the usual end's records, cached
-cdef object _TeeOutputStream = None     # fcgi_base's wsgi.errors for a server on its own socket
-
-
-cdef int _bind_fcgi_names() except -1:
-    global _fcgi_py, _completed_records, _TeeOutputStream
-    from flupfast import fastcgi_connection, fastcgi_streams
-    from flupfast.server.fcgi_base import TeeOutputStream
-    _completed_records = fastcgi_streams._completed_records
-    _TeeOutputStream = TeeOutputStream
-    _fcgi_py = fastcgi_connection
-    return 0
+# The namespaces of fastcgi_connection (its pure ``run``, messages, prebuilt records) and of
+# fcgi_base (TeeOutputStream), read from the globals of their methods registered in
+# OWN_METHODS: importing them here would make a cycle (they import _impl, which imports this
+# extension), and a name patched into either module is seen here as their code sees it.
+cdef dict _fcgi_py = None
+cdef dict _fcgi_base_ns = None
 
 
 # What run_fcgi runs itself: (attribute, kind of runs_compiled) per class.
@@ -92,6 +84,7 @@ cdef _ClassPlan _fcgi_server_plan = _ClassPlan()
 
 cdef bint _fcgi_runs_compiled(conn) except -1:
     """The connection, its server and its request class are flupfast's own, unchanged."""
+    global _fcgi_base_ns
     if not _fcgi_conn_plan.get(type(conn), _work_out_fcgi_conn):
         return False
     if conn.multiplexed or conn.timeout:
@@ -102,7 +95,11 @@ cdef bint _fcgi_runs_compiled(conn) except -1:
     if not _fcgi_server_plan.get(type(server), _work_out_fcgi_server):
         return False
     own = getattr(server, '__dict__', None)
-    return not (own and ('handler' in own or '_sanitizeEnv' in own))
+    if own and ('handler' in own or '_sanitizeEnv' in own):
+        return False
+    if _fcgi_base_ns is None:
+        _fcgi_base_ns = _OWN_METHODS['fcgi:handler'].__globals__
+    return True
 
 
 cdef class _FcgiChain
@@ -216,10 +213,11 @@ cdef class _FcgiInput:
             if self.ended:
                 return b''
             if self._io.aborted:
-                raise _ClientDisconnected(_fcgi_py._aborted_message(self._type))
+                raise _ClientDisconnected(_fcgi_py['_aborted_message'](self._type))
             if chain.at >= len(chain.events) and not chain.read_events():
-                raise _ClientDisconnected('the web server closed the connection before the '
-                                          'end of FCGI_%s' % _fcgi_py._stream_name(self._type))
+                raise _ClientDisconnected(
+                    'the web server closed the connection before the end of FCGI_%s'
+                    % _fcgi_py['_stream_name'](self._type))
             while (chain.at < len(chain.events) and self._at >= len(self._queue)
                    and not self.ended and not self._io.aborted):
                 chain.dispatch_next()
@@ -519,7 +517,7 @@ cdef class _FcgiChain:
         if server._bindAddress is None:
             stderr = ex.stderr
         else:
-            stderr = _TeeOutputStream((_sys.stderr, ex.stderr))
+            stderr = _fcgi_base_ns['TeeOutputStream']((_sys.stderr, ex.stderr))
         multithreaded = server.multithreaded
         environ = _build_environ(ex.params, server.environ, ex.stdin, stderr, multithreaded,
                                  server.multiprocess, False)
@@ -562,7 +560,7 @@ cdef class _FcgiChain:
                 and not stderr.dataWritten and not stderr._held):
             # The usual end (output written, nothing on stderr): prebuilt bytes.
             stdout.closed = stderr.closed = True
-            buffers = [_completed_records(request_id)]
+            buffers = [_fcgi_py['_completed_records'](request_id)]
         else:
             buffers = stdout.end_buffers() + stderr.end_buffers()
             buffers.append(_encode_end_request(request_id, app_status, protocol_status))
@@ -623,7 +621,7 @@ cdef class _FcgiChain:
         self.conn.served = self.served
         try:
             self.hand_queue_to_conn()
-            self.conn.end_abruptly(b'' if ex.keep_conn else _fcgi_py._INVALID_RECORD_HEADER,
+            self.conn.end_abruptly(b'' if ex.keep_conn else _fcgi_py['_INVALID_RECORD_HEADER'],
                                    self.discard_input)
             self.closed = True
         finally:
@@ -651,11 +649,12 @@ cdef class _FcgiChain:
 
 def run_fcgi(conn):
     """``run()`` of a FastCGI connection; see fastcgi_connection.run."""
+    global _fcgi_py
     cdef _FcgiChain chain
     if _fcgi_py is None:
-        _bind_fcgi_names()
+        _fcgi_py = _OWN_METHODS['fcgi:_serve'].__globals__
     if not _fcgi_runs_compiled(conn):
-        return _fcgi_py.run(conn)
+        return _fcgi_py['run'](conn)
     chain = _FcgiChain.__new__(_FcgiChain)
     chain.init(conn)
     try:
