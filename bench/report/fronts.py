@@ -39,20 +39,17 @@ def rows_for(group, size_mib):
     def died_suffix(res):
         return " (%s)" % res["died"][:60] if res.get("died") else ""
 
-    disp = {v: _cell(res, "hello", hello_fmt) + died_suffix(res) for v, res in servers.items()}
-    num = {v: _value(res, "hello", "rps") for v, res in servers.items()}
-    rows.append(("hello req/s", disp, num, True))
-    disp = {v: _cell(res, "hello", lambda r: fmt(r.get("p99_ms"), " ms"))
-            for v, res in servers.items()}
-    num = {v: _value(res, "hello", "p99_ms") for v, res in servers.items()}
-    rows.append(("  p99 latency", disp, num, False))
-    disp = {v: _cell(res, "echo", hello_fmt) for v, res in servers.items()}
-    num = {v: _value(res, "echo", "rps") for v, res in servers.items()}
-    rows.append(("71 KB echo, 100 clients: req/s", disp, num, True))
-    disp = {v: _cell(res, "echo", lambda r: fmt(r.get("p99_ms"), " ms"))
-            for v, res in servers.items()}
-    num = {v: _value(res, "echo", "p99_ms") for v, res in servers.items()}
-    rows.append(("  p99 latency (echo)", disp, num, False))
+    # wrk's loads: req/s (with a died server's note on hello's) and p99
+    for load, label, p99_label, suffix in (
+            ("hello", "hello req/s", "  p99 latency", died_suffix),
+            ("echo", "71 KB echo, 100 clients: req/s", "  p99 latency (echo)", lambda res: "")):
+        disp = {v: _cell(res, load, hello_fmt) + suffix(res) for v, res in servers.items()}
+        num = {v: _value(res, load, "rps") for v, res in servers.items()}
+        rows.append((label, disp, num, True))
+        disp = {v: _cell(res, load, lambda r: fmt(r.get("p99_ms"), " ms"))
+                for v, res in servers.items()}
+        num = {v: _value(res, load, "p99_ms") for v, res in servers.items()}
+        rows.append((p99_label, disp, num, False))
     disp = {v: _cell(res, "sleep", lambda r: "%s (%s at once)" % (
         fmt(r.get("rps")), r.get("concurrency")) if r.get("rps") else
         "failed: %s" % r.get("error", "?")[:60]) for v, res in servers.items()}

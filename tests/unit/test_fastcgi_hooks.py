@@ -5,7 +5,6 @@ connection to the pure loop when any of them is overridden, on the class or the 
 patched in later. Also: a connection leaves no reference cycle behind (the collector is not
 needed to free it), whatever way its request ended.
 """
-import functools
 import gc
 import logging
 import socket
@@ -17,6 +16,7 @@ from flupfast.protocols import fastcgi as f
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
 from tests.unit.connection_harness import hello
+from tests.unit.hook_spies import mount_by_sanitize, spy_on_instance, wraps_spy
 from tests.unit.test_fastcgi_connection import Harness, environ_app, use_backend  # noqa: F401
 
 
@@ -49,13 +49,7 @@ def test_a_handler_overridden_on_the_class_is_called(use_backend):
 @pytest.mark.parametrize('name', ['handler', '_sanitizeEnv'])
 def test_a_hook_set_on_the_instance_is_called(use_backend, name):
     h = Harness(environ_app)
-    stock = getattr(h.server, name)
-    called = []
-
-    def hook(*args):
-        called.append(name)
-        return stock(*args)
-    setattr(h.server, name, hook)
+    called = spy_on_instance(h.server, name)
     assert eval(h.request('/a?q=1').body)['QUERY_STRING'] == 'q=1'
     assert called == [name]
 
@@ -111,19 +105,9 @@ def test_a_method_patched_into_flupfasts_class_between_requests_is_called(use_ba
     counts from the next request on, and so does undoing it."""
     h = Harness(environ_app)
     assert eval(h.request('/a').body)['SCRIPT_NAME'] == ''
-    ended = []
-    stock_sanitize = fcgi_base.BaseFCGIServer._sanitizeEnv
-    stock_end = fastcgi_connection.FastCGIConnection.end_request
-
-    def _sanitizeEnv(self, environ):
-        stock_sanitize(self, environ)
-        environ['SCRIPT_NAME'] = '/patched'
-
-    def end_request(self, req, *args):
-        ended.append(req.requestId)
-        stock_end(self, req, *args)
-    monkeypatch.setattr(fcgi_base.BaseFCGIServer, '_sanitizeEnv', _sanitizeEnv)
-    monkeypatch.setattr(fastcgi_connection.FastCGIConnection, 'end_request', end_request)
+    mount_by_sanitize(monkeypatch, fcgi_base.BaseFCGIServer, '/patched')
+    ended = wraps_spy(monkeypatch, fastcgi_connection.FastCGIConnection, 'end_request',
+                      lambda req, *statuses: req.requestId)
     assert eval(h.request('/a').body)['SCRIPT_NAME'] == '/patched'
     assert ended == [1]
     monkeypatch.undo()
@@ -132,14 +116,8 @@ def test_a_method_patched_into_flupfasts_class_between_requests_is_called(use_ba
 
 
 def test_a_handler_wrapped_with_functools_wraps_is_called(use_backend, monkeypatch):
-    calls = []
-    stock = fcgi_base.BaseFCGIServer.handler
-
-    @functools.wraps(stock)
-    def handler(self, req):
-        calls.append(req.params['REQUEST_URI'])
-        return stock(self, req)
-    monkeypatch.setattr(fcgi_base.BaseFCGIServer, 'handler', handler)
+    calls = wraps_spy(monkeypatch, fcgi_base.BaseFCGIServer, 'handler',
+                      lambda req: req.params['REQUEST_URI'])
     assert Harness(hello).request('/wrapped').body == b'Hello world!\n'
     assert calls == ['/wrapped']
 

@@ -4,7 +4,6 @@ own request, handler, ``_environ_for`` and ``_sanitizeEnv`` in C, and must hand 
 override, on the class or on the instance, exactly where the pure path calls it. Also the
 ``_sanitizeEnv`` cases the compiled path leaves to the method, reached through a request.
 """
-import functools
 import logging
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from flupfast import scgi_connection
 from flupfast.server import _scgi_ajp_base, scgi_base
 from tests.unit.connection_harness import echo, hello
+from tests.unit.hook_spies import mount_by_sanitize, spy_on_instance, wraps_spy
 from tests.unit.scgi_harness import environ_app, protocol_fixture
 
 harness = protocol_fixture()
@@ -57,13 +57,7 @@ def test_a_handler_overridden_on_the_class_is_called(harness):
 @pytest.mark.parametrize('name', ['_sanitizeEnv', '_environ_for'])
 def test_a_hook_set_on_the_instance_is_called(harness, name):
     h = harness(environ_app)
-    stock = getattr(h.server, name)
-    called = []
-
-    def hook(*args):
-        called.append(name)
-        return stock(*args)
-    setattr(h.server, name, hook)
+    called = spy_on_instance(h.server, name)
     assert eval(h.request('/a', path_info='/a')[2])['PATH_INFO'] == '/a'
     assert called == [name]
 
@@ -179,19 +173,8 @@ def test_a_method_patched_into_flupfasts_class_between_requests_is_called(harnes
     so does undoing it."""
     h = harness(environ_app)
     assert eval(h.request('/a', path_info='/a')[2])['SCRIPT_NAME'] == ''
-    finished = []
-    stock_sanitize = harness.server_class._sanitizeEnv
-    stock_finish = harness.connection_class._finish
-
-    def _sanitizeEnv(self, environ):
-        stock_sanitize(self, environ)
-        environ['SCRIPT_NAME'] = '/patched'
-
-    def _finish(self):
-        finished.append(True)
-        stock_finish(self)
-    monkeypatch.setattr(scgi_base.BaseSCGIServer, '_sanitizeEnv', _sanitizeEnv)
-    monkeypatch.setattr(scgi_connection.SCGIConnection, '_finish', _finish)
+    mount_by_sanitize(monkeypatch, scgi_base.BaseSCGIServer, '/patched')
+    finished = wraps_spy(monkeypatch, scgi_connection.SCGIConnection, '_finish', lambda: True)
     assert eval(h.request('/a', path_info='/a')[2])['SCRIPT_NAME'] == '/patched'
     h.join()
     assert finished == [True]
@@ -223,14 +206,8 @@ def test_a_connection_class_receiving_and_sending_its_own_way_gets_every_call(ha
 def test_a_hook_wrapped_with_functools_wraps_is_called(harness, monkeypatch):
     """A wrapper keeps the original's name and attributes (functools.wraps, APM agents): it
     is still an override."""
-    calls = []
-    stock = scgi_base.BaseSCGIServer.handler
-
-    @functools.wraps(stock)
-    def handler(self, request):
-        calls.append(request.environ['REQUEST_URI'])
-        return stock(self, request)
-    monkeypatch.setattr(scgi_base.BaseSCGIServer, 'handler', handler)
+    calls = wraps_spy(monkeypatch, scgi_base.BaseSCGIServer, 'handler',
+                      lambda request: request.environ['REQUEST_URI'])
     h = harness(hello)
     assert h.request('/wrapped')[::2] == (b'200 OK', b'Hello world!\n')
     assert calls == ['/wrapped']
