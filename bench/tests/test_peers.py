@@ -211,21 +211,25 @@ def test_best_setting_ties_go_to_the_first_and_times_go_low():
     assert cells.best_setting(times, "mean_ms", lower_is_better=True)["settings"] == {"w": 2}
 
 
+class FakeCell:
+    """A cell with no server or front: its port is its settings' "p"; it never fails."""
+
+    def __init__(self, front, peer, settings, *args):
+        self.port, self.error = settings["p"], None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def died(self):
+        return None
+
+
 def test_a_setting_failing_its_deciding_load_skips_the_others(monkeypatch):
     """Once a setting's first load was clean, a later setting whose first load fails cannot
     win: its other loads are not run (a pinned fork pool answers each c1 request after 5 s)."""
-    class FakeCell:
-        def __init__(self, front, peer, settings, *args):
-            self.settings, self.error, self.port = settings, None, settings["w"]
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            pass
-
-        def died(self):
-            return None
     monkeypatch.setattr(cells, "Cell", FakeCell)
     ran = []
 
@@ -237,9 +241,9 @@ def test_a_setting_failing_its_deciding_load_skips_the_others(monkeypatch):
         ran.append(("c1", port))
         return {"rps": 10.0}
     out = cells.sweep("apache", None, "app", "/tmp", None, {"hello": hello, "c1": c1},
-                      [{"w": 1}, {"w": 2}, {"w": 3}], rounds=1)
+                      [{"p": 1}, {"p": 2}, {"p": 3}], rounds=1)
     assert ran == [("hello", 1), ("c1", 1), ("hello", 2), ("hello", 3), ("c1", 3)]
-    assert out["best"] == {"w": 3} and out["loads"]["c1"]["rps"] == 10.0
+    assert out["best"] == {"p": 3} and out["loads"]["c1"]["rps"] == 10.0
 
 
 def test_median_run():
@@ -476,19 +480,6 @@ def test_interleaved_alternates_rounds_and_keeps_each_median(monkeypatch, tmp_pa
 
 def test_interleaved_with_every_setting_keeps_each_servers_best(monkeypatch, tmp_path):
     ran = []
-
-    class FakeCell:
-        def __init__(self, front, peer, settings, app, workdir, client, uwsgi_binary):
-            self.port, self.error = settings["p"], None
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            pass
-
-        def died(self):
-            return None
 
     class Peer:
         def __init__(self, *ports):
