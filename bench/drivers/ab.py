@@ -93,10 +93,15 @@ def parse_ab_requests(text):
             "non_2xx": num("Non-2xx responses", int) or 0}
 
 
-def run_ab_requests(url, requests, conns=1, timeout=300, body_file=None):
+def run_ab_requests(url, requests, conns=1, timeout=300, body_file=None, time_limit=None):
     """``ab -n requests -c conns`` (no keep-alive: a new connection per request, as the seeds
-    ran it), optionally POSTing ``body_file`` -> parse_ab_requests' dict, or {"error"}."""
-    cmd = [AB_PATH, "-q", "-n", str(requests), "-c", str(conns)]
+    ran it), optionally POSTing ``body_file`` -> parse_ab_requests' dict, or {"error"}.
+    ``time_limit`` (seconds): ab stops there (``-t``), and a run that did not complete its
+    requests by then is an error (a server answering each request late, such as a fork pool
+    whose children a front's pooled connections hold, would otherwise take the whole
+    ``timeout``)."""
+    cmd = [AB_PATH, "-q"] + (["-t", str(int(time_limit))] if time_limit else []) + \
+        ["-n", str(requests), "-c", str(conns)]  # -n after -t: -t alone means 50,000
     if body_file:
         cmd += ["-p", body_file, "-T", "application/octet-stream"]
     try:
@@ -107,4 +112,7 @@ def run_ab_requests(url, requests, conns=1, timeout=300, body_file=None):
     res = parse_ab_requests(text)
     if res is None or out.returncode:
         return {"error": (out.stderr.decode("utf-8", "replace") or text).strip()[-300:]}
+    if time_limit and (res.get("requests") or 0) < requests:
+        return dict(res, error="ab reached its %d s limit after %s of %d requests"
+                    % (time_limit, res.get("requests"), requests))
     return res

@@ -148,8 +148,8 @@ def sweep(front, peer, app, workdir, client, loads, candidates, rounds, key="rps
                 for _ in range(rounds):
                     res, gone = run_load(fn, cell)
                     runs.append(res)
-                    if gone:
-                        break
+                    if gone or res.get("error"):
+                        break  # a setting that failed a round is not run again
                 out[name] = median_run(runs, key)
                 if len(out) == 1 and not clean(out[name]) \
                         and any(clean(t["result"]) for t in tried):

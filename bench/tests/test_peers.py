@@ -166,6 +166,29 @@ def test_parse_ab_requests():
     assert ab.parse_ab_requests("apr_socket_connect(): Connection refused (111)") is None
 
 
+def test_ab_with_a_time_limit_stops_and_a_short_run_is_an_error(monkeypatch):
+    """-t before -n (after it, -t would mean 50,000 requests); a run that completed fewer
+    requests than asked hit the limit: an error, with its figures kept."""
+    seen = []
+
+    class Done:
+        returncode = 0
+        stdout = AB_C100.encode()
+        stderr = b""
+
+    def fake_run(cmd, capture_output, timeout):
+        seen.append(cmd)
+        return Done()
+    monkeypatch.setattr(ab.subprocess, "run", fake_run)
+    assert ab.run_ab_requests("http://x/", 10000, 100, time_limit=90).get("error") is None
+    assert seen[0][seen[0].index("-t"):seen[0].index("-t") + 4] == ["-t", "90", "-n", "10000"]
+    cut = ab.run_ab_requests("http://x/", 20000, 100, time_limit=90)
+    assert cut["error"] == "ab reached its 90 s limit after 10000 of 20000 requests"
+    assert cut["rps"] == 4332.02
+    ab.run_ab_requests("http://x/", 10000, 100)
+    assert "-t" not in seen[2]  # no limit asked: none given
+
+
 def test_adj_mean_is_mean_minus_the_apps_own_time():
     # the seed's own row: mod_proxy->Apache/mod_wsgi 10.748 ms, baseline 1.121 ms
     assert apptime.adj_mean(10.748, 1.121) == pytest.approx(9.627)
@@ -244,6 +267,17 @@ def test_a_setting_failing_its_deciding_load_skips_the_others(monkeypatch):
                       [{"p": 1}, {"p": 2}, {"p": 3}], rounds=1)
     assert ran == [("hello", 1), ("c1", 1), ("hello", 2), ("hello", 3), ("c1", 3)]
     assert out["best"] == {"p": 3} and out["loads"]["c1"]["rps"] == 10.0
+
+
+def test_a_failed_round_ends_that_loads_rounds(monkeypatch):
+    monkeypatch.setattr(cells, "Cell", FakeCell)
+    ran = []
+
+    def c1(port):
+        ran.append(port)
+        return {"rps": 1.0, "error": "ab reached its 90 s limit"}
+    out = cells.sweep("apache", None, "app", "/tmp", None, {"c1": c1}, [{"p": 1}], rounds=3)
+    assert ran == [1] and out["loads"]["c1"]["error"].startswith("ab reached")
 
 
 def test_median_run():
