@@ -274,6 +274,15 @@ cdef _FcgiInput _new_input(_FcgiChain chain, _FcgiIO io, int record_type):
     return src
 
 
+cdef _FcgiStdout _output_stream(_FcgiStdout stream, _FcgiChain chain, _FcgiIO io,
+                                int record_type):
+    """A new output stream (STDOUT or STDERR) of the request ``io`` on ``chain``."""
+    stream._chain = chain
+    stream._io = io
+    stream._type = record_type
+    return stream
+
+
 cdef InputStream _input_stream(pull):
     """InputStream(pull), without the Python call of its __init__."""
     cdef InputStream stream = InputStream.__new__(InputStream)
@@ -318,19 +327,7 @@ cdef class _FcgiChain:
     # -- the send queue (Connection.send) --------------------------------------------------
 
     cdef int send(self, list buffers, bint hold) except -1:
-        cdef list out
-        if hold:
-            for buf in buffers:
-                self.held_bytes += len(buf)
-            if self.held_bytes < _COALESCE_LIMIT:
-                self.held += buffers
-                return 0
-        out = self.held
-        out += buffers
-        self.held = []
-        self.held_bytes = 0
-        # By its module name, as Connection.send calls _impl's: a test's spy sees it.
-        send_buffers(self.sock, out)
+        self.held = _send_or_hold(self.sock, self.held, &self.held_bytes, buffers, hold)
         return 0
 
     cdef int hand_queue_to_conn(self) except -1:
@@ -479,25 +476,18 @@ cdef class _FcgiChain:
         ex.params = {}
         ex.stdin_src = _new_input(self, io, _STDIN)
         ex.stdin = _input_stream(ex.stdin_src)
-        ex.stdout = _FcgiStdout.__new__(_FcgiStdout)
-        ex.stdout._chain = self
-        ex.stdout._io = io
-        ex.stdout._type = _FCGI_STDOUT
-        ex.stderr = _FcgiStderr.__new__(_FcgiStderr)
-        ex.stderr._chain = self
-        ex.stderr._io = io
-        ex.stderr._type = _FCGI_STDERR
+        ex.stdout = _output_stream(_FcgiStdout.__new__(_FcgiStdout), self, io, _FCGI_STDOUT)
+        ex.stderr = _output_stream(_FcgiStderr.__new__(_FcgiStderr), self, io, _FCGI_STDERR)
         self.current = ex
         return 0
 
     # -- one request (FastCGIRequest.run with BaseFCGIServer.handler) ----------------------
 
     cdef int run_request(self, _FcgiExchange ex) except -1:
-        cdef int protocol_status = _FCGI_REQUEST_COMPLETE
+        cdef int protocol_status = _FCGI_REQUEST_COMPLETE  # also after an exception
         try:
             protocol_status = self.handle(ex)
         except Exception as exc:
-            protocol_status = _FCGI_REQUEST_COMPLETE
             if not (ex.io.aborted or _gw_is_peer_gone(exc)):
                 # Nothing of an aborted request is sent: the web server waits for END_REQUEST.
                 _traceback.print_exc(file=ex.stderr)

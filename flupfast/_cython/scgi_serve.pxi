@@ -225,6 +225,25 @@ cdef class BodySource:
         return data
 
 
+cdef list _send_or_hold(sock, list held, Py_ssize_t *held_bytes, list buffers, bint hold):
+    """Connection.send's rule on a queue its caller keeps (``held``, ``held_bytes``): with
+    ``hold``, keep the buffers while the queue stays under COALESCE_LIMIT; else send the queue
+    and the buffers in one ``send_buffers``. Returns the queue to keep (a new one after a
+    send)."""
+    if hold:
+        for buf in buffers:
+            held_bytes[0] += len(buf)
+        if held_bytes[0] < _COALESCE_LIMIT:
+            held += buffers
+            return held
+    held += buffers
+    held_bytes[0] = 0
+    if held:
+        # By its module name, as Connection.send calls _impl's: a test's spy sees it.
+        send_buffers(sock, held)
+    return []
+
+
 cdef class _RawOutputStream(PartsWriter):
     """scgi_connection.RawOutputStream for the compiled chain: the response on the
     connection's socket, parts held (``hold``) up to COALESCE_LIMIT sent in one
@@ -248,23 +267,10 @@ cdef class _RawOutputStream(PartsWriter):
             self._send(buffers, hold)
 
     cdef _send(self, list buffers, bint hold):
-        cdef list out
         if not self._own_send:
             self._conn.send(buffers, hold)
             return
-        if hold:
-            for buf in buffers:
-                self._held_bytes += len(buf)
-            if self._held_bytes < _COALESCE_LIMIT:
-                self._held += buffers
-                return
-        out = self._held
-        out += buffers
-        self._held = []
-        self._held_bytes = 0
-        if out:
-            # By its module name, as Connection.send calls _impl's: a test's spy sees it.
-            send_buffers(self._sock, out)
+        self._held = _send_or_hold(self._sock, self._held, &self._held_bytes, buffers, hold)
 
     def flush(self):
         self._send([], False)
