@@ -145,14 +145,9 @@ def evaluate_targets(results):
     groups = fr["groups"]
     size_mib = results["config"]["front_transfer_mib"]
 
-    def rps(key, variant):
-        res = groups.get(key, {}).get("servers", {}).get(variant, {})
-        if res.get("died") or res.get("error"):
-            return None  # a server that died mid-run has no figure to compare
-        return (res.get("hello") or {}).get("rps")
-
     for key, variant, factor, other in TARGETS:
-        m, o = rps(key, variant), rps(key, other)
+        m, o = _figure(groups, key, variant, "hello", "rps"), \
+            _figure(groups, key, other, "hello", "rps")
         target = "%s: %s hello >= %gx %s req/s" % (
             GROUP_LABEL[key], VARIANT_LABEL[variant], factor, VARIANT_LABEL[other])
         if m and o:
@@ -222,14 +217,17 @@ NEW_CONNECTION_P99 = 1.5
 KEPT_P99 = 2.0
 
 
+def _figure(groups, key, variant, load, field):
+    """``field`` of a backend's ``load`` in group ``key``, or None (a server that died mid-run
+    has no figure to compare)."""
+    res = groups.get(key, {}).get("servers", {}).get(variant, {})
+    if res.get("died") or res.get("error"):
+        return None
+    return (res.get(load) or {}).get(field)
+
+
 def _tail_targets(groups):
     out = []
-
-    def p99(key, variant, load):
-        res = groups.get(key, {}).get("servers", {}).get(variant, {})
-        if res.get("died") or res.get("error"):
-            return None
-        return (res.get(load) or {}).get("p99_ms")
 
     checks = [(key, variant, "hello", NEW_CONNECTION_P99)
               for key, variant in (("fcgi-thread", "compiled_nokeep"),
@@ -240,7 +238,8 @@ def _tail_targets(groups):
     for key, variant, load, factor in checks:
         if key not in groups:
             continue
-        m, o = p99(key, variant, load), p99(key, "uwsgi", load)
+        m, o = _figure(groups, key, variant, load, "p99_ms"), \
+            _figure(groups, key, "uwsgi", load, "p99_ms")
         target = "%s: %s p99 (%s) within %gx uWSGI's" % (
             GROUP_LABEL[key], VARIANT_LABEL[variant], "71 KB echo, 100 clients"
             if load == "echo" else load, factor)

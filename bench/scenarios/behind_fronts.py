@@ -153,18 +153,8 @@ def _load_phase(group, ports, cfg):
         if cfg.front_warmup:
             run_wrk(ports[v], "/", cfg.conns, cfg.front_warmup)  # connections, pools
         samplers[v] = PSSSampler(group.servers[v].proc.pid, 0.2).__enter__()
-    runs = {}
     try:
-        for rnd in range(cfg.front_rounds):
-            for v in variants:
-                if not group.alive(v):
-                    continue
-                res = run_wrk(ports[v], "/", cfg.conns, cfg.front_duration)
-                runs.setdefault(v, []).append(res)
-                log("  round %d %-11s %-32s %8.0f req/s  p99 %s ms  errors %s  non-2xx %s%s"
-                    % (rnd + 1, group.key, VARIANT_LABEL[v], res.get("rps") or 0,
-                       res.get("p99_ms"), res.get("errors"), res.get("non_2xx"),
-                       "  " + res["error"] if res.get("error") else ""))
+        _wrk_rounds(group, ports, variants, "hello", "/", cfg.conns, cfg.front_rounds, cfg)
         _echo_rounds(group, ports, cfg, variants)
         for name, path in (("sleep", "/sleep"), ("cpu", "/cpu")):
             for v in variants:
@@ -184,8 +174,6 @@ def _load_phase(group, ports, cfg):
         for v, s in samplers.items():
             s.__exit__(None, None, None)
             group.out["servers"][v]["memory_load"] = s.as_dict()
-    for v, rs in runs.items():
-        group.out["servers"][v]["hello"] = _median(rs, "rps")
     for v in variants:
         group.alive(v)
 
@@ -194,28 +182,35 @@ ECHO_CONNS = 100
 ECHO_ROUNDS = 3
 
 
+def _wrk_rounds(group, ports, variants, name, path, conns, rounds, cfg, script=None):
+    """``rounds`` rounds of wrk on ``path``, interleaved over ``variants``; each backend's
+    median round (``_median``) kept under ``name``."""
+    runs = {}
+    for rnd in range(rounds):
+        for v in variants:
+            if not group.alive(v):
+                continue
+            res = run_wrk(ports[v], path, conns, cfg.front_duration, script)
+            runs.setdefault(v, []).append(res)
+            log("  %s %d %-11s %-32s %8.0f req/s  p99 %s ms  errors %s  non-2xx %s%s"
+                % (name, rnd + 1, group.key, VARIANT_LABEL[v], res.get("rps") or 0,
+                   res.get("p99_ms"), res.get("errors"), res.get("non_2xx"),
+                   "  " + res["error"] if res.get("error") else ""))
+    for v, rs in runs.items():
+        group.out["servers"][v][name] = _median(rs, "rps")
+
+
 def _echo_rounds(group, ports, cfg, variants):
     """Seed 001's echo at 100 clients, rounds interleaved over the backends (at most
     ECHO_ROUNDS: each round is 100 clients' worth of 71 KB bodies both ways)."""
     script = post_script(group.workdir, "echo", apps.pattern_bytes(ECHO_SIZE))
-    runs = {}
     for v in variants:
         problem = check_echo(ports[v]) if group.alive(v) else None
         if problem:
             group.out["servers"][v]["echo"] = {"error": problem}
     ready = [v for v in variants if "echo" not in group.out["servers"][v]]
-    for rnd in range(min(cfg.front_rounds, ECHO_ROUNDS)):
-        for v in ready:
-            if not group.alive(v):
-                continue
-            res = run_wrk(ports[v], "/echo", ECHO_CONNS, cfg.front_duration, script)
-            runs.setdefault(v, []).append(res)
-            log("  echo %d %-11s %-32s %8.0f req/s  p99 %s ms  errors %s%s"
-                % (rnd + 1, group.key, VARIANT_LABEL[v], res.get("rps") or 0,
-                   res.get("p99_ms"), res.get("errors"),
-                   "  " + res["error"] if res.get("error") else ""))
-    for v, rs in runs.items():
-        group.out["servers"][v]["echo"] = _median(rs, "rps")
+    _wrk_rounds(group, ports, ready, "echo", "/echo", ECHO_CONNS,
+                min(cfg.front_rounds, ECHO_ROUNDS), cfg, script)
 
 
 def _transfer_size(group, variant, what, cfg):
