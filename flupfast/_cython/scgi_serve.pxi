@@ -356,9 +356,10 @@ cdef str _uwsgi_url_scheme(environ):
 
 
 cdef bint _sanitize_common(environ, server) except -1:
-    """BaseSCGIServer._sanitizeEnv where it changes nothing but QUERY_STRING and SCRIPT_NAME
-    (no WSGI_SCRIPT_NAME, no configured scriptName, PATH_INFO sent: what nginx and Apache
-    send); False, with the environ untouched, for the method to do the rest."""
+    """BaseSCGIServer._sanitizeEnv where it needs no warning and no decoding: no
+    WSGI_SCRIPT_NAME, no configured scriptName, and PATH_INFO sent (what the bench's fronts
+    send) or REQUEST_URI's path with SCRIPT_NAME as its raw prefix (nginx's stock scgi_params
+    send no PATH_INFO); False, with the environ untouched, for the method to do the rest."""
     global _NoDefault
     if environ.get('WSGI_SCRIPT_NAME') is not None:
         return False
@@ -368,12 +369,26 @@ cdef bint _sanitize_common(environ, server) except -1:
     script_name = server.scriptName
     if script_name is not None and script_name is not _NoDefault:
         return False
+    path_info = None
     if script_name is not None and not environ.get('PATH_INFO'):
-        return False
+        uri = environ.get('REQUEST_URI')
+        if uri is None:
+            path_info = ''
+        else:
+            prefix = environ.get('SCRIPT_NAME', '')
+            if type(uri) is not str or type(prefix) is not str:
+                return False
+            cut = (<str>uri).find('?')
+            path = <str>uri if cut < 0 else (<str>uri)[:cut]
+            if not path.startswith(prefix):
+                return False  # gateway.derive_path_info's decoded cut, or flup's warning
+            path_info = path[len(<str>prefix):]
     if not environ.get('QUERY_STRING'):
         _query_from_request_uri(environ)
     if script_name is not None and 'SCRIPT_NAME' not in environ:
         environ['SCRIPT_NAME'] = ''
+    if path_info is not None:
+        environ['PATH_INFO'] = path_info
     return True
 
 

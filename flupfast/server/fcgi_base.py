@@ -401,12 +401,13 @@ class BaseFCGIServer(object):
         # FCGI_WEB_SERVER_ADDRS (spec 3.2): only the listed IPv4 peers; with the variable set,
         # Unix-socket and IPv6 peers are refused, as flup does (silently: we log it). Then
         # allowedServers, SCGI's rule. Both are serving/listen.py's AllowList.
+        if self._web_server_addrs is None and self._allowedServers is None:
+            return True  # both unset (the default) admit everybody: no work per connection
         lists = self._allow_lists
         if lists is None or lists[0].addresses is not self._web_server_addrs \
                 or lists[1].addresses is not self._allowedServers:  # (re)assigned: read again
             lists = self._allow_lists = self._build_allow_lists()
-        # An unset list admits everybody: asked here, not in a call per list (both are unset
-        # by default, and this runs for every connection).
+        # An unset list admits everybody: asked here, not in a call per list.
         web_servers, allowed = lists
         return (web_servers.addresses is None or web_servers.allows(addr)) \
             and (allowed.addresses is None or allowed.allows(addr))

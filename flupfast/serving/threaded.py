@@ -35,7 +35,8 @@ class _ActiveJob:
     that says it is ``idle`` (a persistent AJP or FastCGI KEEP_CONN connection between
     requests, an SCGI connection before its request) by shutting its socket's read side, as
     SingleMode does; a job that is about to go idle asks it first (``on_idle``,
-    serving/job.py). A worker that accepted a job that cannot park runs it with this alone."""
+    serving/job.py). A worker that accepted a connection runs it with this alone until it
+    parks (ThreadedMode._serve_accepted)."""
 
     __slots__ = ("job", "client", "_active")
 
@@ -71,8 +72,8 @@ class _TrackedJob(_ActiveJob):
     With ``parked`` (a ParkedSet), a job that ``can_park`` is told PARK instead of waiting
     idle: it returns from ``run()`` with ``parked`` set; it is then watched in the set, and the
     worker that owns the set's chain goes on with the next ready parked connection, if any,
-    before it goes back to the pool: under load one thread serves request after request with
-    no wake-up in between."""
+    before it goes back to the pool (_serve_ready): under load one thread serves request after
+    request with no wake-up in between."""
 
     __slots__ = ("_parked", "_pool", "registered", "park_token", "fd")
 
@@ -93,20 +94,10 @@ class _TrackedJob(_ActiveJob):
         parked = self._parked
         if parked is None:
             return _ActiveJob.run(self)
-        pool = self._pool
         parked.enter()
         try:
-            tracked = self
-            while tracked is not None:
-                tracked._run_once(parked)
-                # Connections queued for a thread go first: this one goes back to the pool.
-                # Nothing parked (a connection that closed, keep_conn off): no linger on an
-                # empty set; the thread is free for the next connection at once (asked
-                # first: on that path the queue's question is not asked at all).
-                tracked = None if not parked.has_parked() or pool.has_queued() \
-                    else parked.take_ready()
-                if tracked is not None:
-                    self._active.add(tracked)
+            self._run_once(parked)
+            _serve_ready(parked, self._pool, self._active)
         finally:
             parked.leave()
 
@@ -125,6 +116,20 @@ class _TrackedJob(_ActiveJob):
             self.client.close()
         except OSError:
             pass
+
+
+def _serve_ready(parked, pool, active):
+    """After a request, the worker that owns the parked set's chain goes on with the next
+    ready parked connection, if any (between ``parked.enter()`` and ``leave()``). Connections
+    queued for a thread go first: this one goes back to the pool. Nothing parked (a connection
+    that closed, keep_conn off): no linger on an empty set; the thread is free for the next
+    connection at once (asked first: on that path the queue's question is not asked at all)."""
+    while parked.has_parked() and not pool.has_queued():
+        tracked = parked.take_ready()
+        if tracked is None:
+            return
+        active.add(tracked)
+        tracked._run_once(parked)
 
 
 class ThreadedMode(AcceptLoop):
@@ -271,16 +276,34 @@ class ThreadedMode(AcceptLoop):
             return
         job = self.new_job(client, addr, *self.job_args)
         parked = self.parked
-        if parked is not None and parked.open and job.can_park:
-            tracked = _TrackedJob(job, client, self._active, self, parked, self.pool)
-        else:  # a job that never parks (SCGI, uwsgi, flup-style ones) is only tracked
-            job.on_idle = self.idle_answers[0]
-            tracked = _ActiveJob(job, client, self._active)
+        parkable = parked is not None and parked.open and job.can_park
+        # Tracked as a job that never parks, whatever it is: a new connection, the path of
+        # every request where the web server does not keep connections (nginx's default
+        # keep_conn off, SCGI, uwsgi). Only one that parks after its request (or a set with
+        # connections parked) goes on through the set (_park_and_serve_ready).
+        job.on_idle = self.idle_answers[parkable]
+        tracked = _ActiveJob(job, client, self._active)
         self._active.add(tracked)
         try:
             tracked.run()
+            if parkable and (job.parked or parked.has_parked()):
+                self._park_and_serve_ready(job, client)
         except Exception:
             logger.exception("unhandled exception in job %r", tracked)
+
+    def _park_and_serve_ready(self, job, client):
+        """A new connection's first run ended: park it if it parked (its _TrackedJob is made
+        only now), then serve ready parked connections as _TrackedJob.run does."""
+        parked, pool = self.parked, self.pool
+        parked.enter()
+        try:
+            if job.parked:
+                tracked = _TrackedJob(job, client, self._active, self, parked, pool)
+                if not parked.park(tracked):
+                    tracked.close_parked()  # the mode stopped meanwhile
+            _serve_ready(parked, pool, self._active)
+        finally:
+            parked.leave()
 
     def dispatch(self, job, client):
         parked = self.parked
