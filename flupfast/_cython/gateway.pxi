@@ -36,7 +36,9 @@ cdef object _build_environ(environ, overrides, stdin, stderr, multithread, multi
     environ['wsgi.multithread'] = multithread
     environ['wsgi.multiprocess'] = multiprocess
     environ['wsgi.run_once'] = run_once
-    https = environ.get('HTTPS', 'off')
+    # A dict (the codecs'): the lookup in C, not a method call.
+    https = (<dict>environ).get('HTTPS', 'off') if type(environ) is dict \
+        else environ.get('HTTPS', 'off')
     # flup compares exactly: only 'on' and '1' mean https.
     environ['wsgi.url_scheme'] = 'https' if https == 'on' or https == '1' else 'http'
     return environ
@@ -63,11 +65,11 @@ cdef bint _sanitize_cgi_fast(environ) except -1:
     if query is None:
         return False
     if not query:
-        _query_from_request_uri(environ)
+        _query_from_request_uri(<dict>environ)
     return True
 
 
-cdef int _query_from_request_uri(environ) except -1:
+cdef int _query_from_request_uri(dict environ) except -1:
     """gateway.fill_query_string for an empty or absent QUERY_STRING: REQUEST_URI's query,
     or '' (FastCGI's and SCGI's sanitize alike)."""
     uri = environ.get('REQUEST_URI')
@@ -157,7 +159,8 @@ cdef class Response:
         result = self.result
         if result is not None and _one_item(result):
             for name, _ in headers:
-                if name.lower() == b'content-length':
+                # Length first: lower() is a method call per header, and few are 14 long.
+                if len(name) == 14 and name.lower() == b'content-length':
                     break
             else:
                 headers.append((b'Content-Length', str(len(<bytes>data)).encode('latin-1')))

@@ -335,10 +335,11 @@ cdef object _status_prefix(conn, int flags, environ):
 
 def uwsgi_url_scheme(environ):
     """wsgi.url_scheme of a uwsgi request; see protocols.uwsgi.url_scheme."""
-    return _uwsgi_url_scheme(environ)
+    return _uwsgi_url_scheme(environ if type(environ) is dict else dict(environ))
 
 
-cdef str _uwsgi_url_scheme(environ):
+cdef str _uwsgi_url_scheme(dict environ):
+    # A dict (the codec's): its lookups in C, not a method call each.
     value = environ.get('UWSGI_SCHEME')
     if value:
         value = value.lower()
@@ -349,13 +350,15 @@ cdef str _uwsgi_url_scheme(environ):
         return 'https' if value.lower() in ('on', '1') else 'http'
     value = environ.get('REQUEST_SCHEME')
     if value:
+        if value == 'http' or value == 'https':  # what nginx and Apache send
+            return value
         value = value.lower()
         if value in _URL_SCHEMES:
             return value
     return 'http'
 
 
-cdef bint _sanitize_common(environ, server) except -1:
+cdef bint _sanitize_common(dict environ, server) except -1:
     """BaseSCGIServer._sanitizeEnv where it needs no warning and no decoding: no
     WSGI_SCRIPT_NAME, no configured scriptName, and PATH_INFO sent (what the bench's fronts
     send) or REQUEST_URI's path with SCRIPT_NAME as its raw prefix (nginx's stock scgi_params
@@ -411,9 +414,11 @@ cdef _stock_handler(server, int flags, environ, stdin, output):
     _build_environ(environ, server.environ, stdin, _sys.stderr, server.multithreaded,
                    server.multiprocess, False)
     environ['wsgi.file_wrapper'] = _gw_FileWrapper
+    # The codecs give a dict; a connection's own read_header may give another mapping.
+    cdef bint is_dict = type(environ) is dict
     if flags & _OWN_UWSGI_ENVIRON:
-        environ['wsgi.url_scheme'] = _uwsgi_url_scheme(environ)
-    if not _sanitize_common(environ, server):
+        environ['wsgi.url_scheme'] = _uwsgi_url_scheme(environ if is_dict else dict(environ))
+    if not (is_dict and _sanitize_common(environ, server)):
         server._sanitizeEnv(environ)
     _run_application(server.application, environ, output,
                      None if server.multithreaded else server._appLock)
