@@ -410,8 +410,9 @@ class AJPConnection(LoggedConnection):
             return False
         # The wire is clean now (the web server sends body chunks only when asked, and every
         # answer owed, the unsolicited first chunk included, was taken), so reuse, unless a
-        # prefork child retires.
-        reuse = self.max_requests is None or self.served < self.max_requests
+        # prefork child retires or its pool needs the child for a connection that waits.
+        reuse = (self.max_requests is None or self.served < self.max_requests) \
+            and self.may_keep(self)
         if not req._headersSent:
             # A handler that answered nothing (flup sends END_RESPONSE alone; the web server
             # then reports a bad gateway): say so with an empty 500.

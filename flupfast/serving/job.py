@@ -9,6 +9,10 @@ A job is built per accepted connection as ``job_class(client, addr, *job_args)``
   with ``parked`` set and the socket open: the mode watches it and calls ``run()`` again once
   it is readable) or END (end the connection). ``parkable``: nothing is buffered, so socket
   readiness is enough to take it up again. The mode sets ``on_idle``; by default a job waits;
+* at the end of a request that leaves the connection open, a job whose protocol can tell the
+  web server not to reuse it (AJP13's END_RESPONSE) asks ``may_keep(job)``: False closes the
+  connection after this request, the web server told first, so no request of its crosses
+  the close. The mode sets it; by default a connection may stay;
 * while it waits it says ``idle``; a mode interrupts the wait by shutting the socket's read
   side (the blocked receive then sees EOF);
 * ``served`` counts its requests so far; ``max_requests`` (None: unlimited) is set by a
@@ -20,7 +24,7 @@ flup's jobClass contract (``run()`` returning nothing) is kept at the edge: ``jo
 wraps such a class's jobs once, in ``FlupJob``; nothing else looks at what a job has.
 """
 
-__all__ = ["WAIT", "PARK", "END", "Job", "FlupJob", "JobSource", "job_factory", "wait"]
+__all__ = ["WAIT", "PARK", "END", "Job", "FlupJob", "JobSource", "job_factory", "keep", "wait"]
 
 # The answers to ``on_idle``; compared by identity.
 WAIT = "wait"
@@ -33,10 +37,17 @@ def wait(job, parkable):
     return WAIT
 
 
+def keep(job):
+    """The answer when no mode asks: the connection may stay for the next request."""
+    return True
+
+
 class Job:
-    """The contract's defaults: a job that never parks, waits when idle and is not limited."""
+    """The contract's defaults: a job that never parks, waits when idle, may keep its
+    connection and is not limited."""
 
     on_idle = staticmethod(wait)
+    may_keep = staticmethod(keep)
     idle = False
     parked = False
     can_park = False

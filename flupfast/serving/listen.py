@@ -10,6 +10,7 @@ import grp
 import ipaddress
 import os
 import pwd
+import select
 import socket
 import stat
 import time
@@ -18,7 +19,7 @@ from flupfast.limits import REFUSED_PEER_LOG_INTERVAL, REFUSED_PEERS_REMEMBERED
 
 __all__ = [
     "ACCEPT_RETRY_ERRORS", "ACCEPT_EXHAUSTION_ERRNOS", "AllowList", "bind_listen_socket",
-    "inherited_listen_socket", "is_tcp", "resolve_owner", "set_cloexec", "set_nodelay",
+    "has_waiting", "inherited_listen_socket", "is_tcp", "resolve_owner", "set_cloexec", "set_nodelay",
     "warn_if_exposed",
 ]
 
@@ -47,6 +48,13 @@ def set_cloexec(sock):
 def is_tcp(sock):
     """True for AF_INET/AF_INET6 sockets (the ones TCP_NODELAY applies to)."""
     return sock.family in _TCP_FAMILIES
+
+
+def has_waiting(listen_sock):
+    """True when a connection waits in ``listen_sock``'s queue (readable; nothing is accepted)."""
+    poller = select.poll()
+    poller.register(listen_sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def set_nodelay(sock):

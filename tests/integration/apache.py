@@ -159,10 +159,11 @@ def start_apache_proxy_uwsgi(server, mode="thread", name=None):
 
 
 def start_apache_proxy_ajp(server, ping=None, secret=None, io_buffer=None, mode="thread",
-                           name=None):
+                           name=None, backend_extra=()):
     """Apache mod_proxy_ajp with its pooled, reused backend connections (``disablereuse=Off``,
     the default, kept explicit); ``ping=N`` sends CPING before requests, ``secret=`` sends
-    attribute 0x0C, ``io_buffer=65536`` (ProxyIOBufferSize) allows 64 KiB packets."""
+    attribute 0x0C, ``io_buffer=65536`` (ProxyIOBufferSize) allows 64 KiB packets;
+    ``backend_extra``: more of the backend's command-line options."""
     name = name or "apache-ajp"
     args = ["disablereuse=Off"]
     if ping is not None:
@@ -172,7 +173,7 @@ def start_apache_proxy_ajp(server, ping=None, secret=None, io_buffer=None, mode=
     extra = "ProxyIOBufferSize %d" % io_buffer if io_buffer else ""
     front = _start_apache_proxy("ajp", server, name, proxy_args=" ".join(args),
                                 extra_conf=extra, mode=mode, keeps_backend_conn=True,
-                                split="raw", spools_chunked=False,
+                                split="raw", spools_chunked=False, backend_extra=backend_extra,
                                 options=dict(ping=ping, secret=secret, io_buffer=io_buffer,
                                              mode=mode))
     front.uri_has_query = False

@@ -323,8 +323,8 @@ def exhausted_pool(tmp_path):
 
 
 def prefork_has_waiting(listener):
-    from flupfast.serving.prefork import _has_waiting
-    return _has_waiting(listener)
+    from flupfast.serving.listen import has_waiting
+    return has_waiting(listener)
 
 
 def _waiting(selector, guard):

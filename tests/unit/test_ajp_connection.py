@@ -69,8 +69,8 @@ class Harness(ConnectionHarness):
         for name, value in attrs.items():
             setattr(self.server, name, value)
 
-    def connect(self, chunk=8186, max_requests=None):
-        return WebServer(super().connect(max_requests=max_requests), chunk)
+    def connect(self, chunk=8186, **attrs):
+        return WebServer(super().connect(**attrs), chunk)
 
 
 environ_app = environ_app_showing(
@@ -248,6 +248,25 @@ def test_max_requests_ends_with_reuse_off(use_backend):
     assert web.closed()
     h.join()
     assert h.served == [2]
+
+
+def test_a_connection_the_mode_needs_back_ends_with_reuse_off(use_backend):
+    """``may_keep`` (a prefork child whose pool has a connection waiting and no child idle)
+    is asked after each request; its False goes to the web server as END_RESPONSE reuse=0,
+    and the connection closes."""
+    answers = [True, False]
+    asked = []
+
+    def may_keep(job):
+        asked.append(job.served)
+        return answers.pop(0)
+    h = Harness(hello)
+    web = h.connect(may_keep=may_keep)
+    assert web.exchange(request_bytes('GET', '/')).reuse is True
+    assert web.exchange(request_bytes('GET', '/')).reuse is False
+    assert web.closed()
+    h.join()
+    assert h.served == [2] and asked == [1, 2]
 
 
 def _bad(h, wire):

@@ -81,6 +81,65 @@ def test_a_draining_child_ends_persistent_connections_not_new_ones():
     assert drain.on_idle(Served(0), False) is WAIT  # its first request is on the way
 
 
+class Board:
+    """ChildBoard's question, answered as told."""
+
+    def __init__(self, exhausted):
+        self.exhausted = exhausted
+
+    def pool_exhausted(self):
+        return self.exhausted
+
+
+@pytest.fixture
+def listener():
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind('')  # an abstract address: nothing on disk
+    sock.listen(4)
+    with sock:
+        yield sock
+
+
+def test_a_child_keeps_its_connection_unless_a_connection_waits_for_a_busy_pool(listener):
+    """A kept connection holds its child: with the pool exhausted (no child idle, none may be
+    added) and a connection waiting, the child lets its connection go after the request (and
+    takes the waiting one)."""
+    job = Served(1)
+    assert ChildDrain().may_keep(job)  # no scoreboard (a flup-style child loop): keep
+    assert ChildDrain(Board(True), listener).may_keep(job)  # nothing waits
+    waiting = socket.socket(socket.AF_UNIX)
+    with waiting:
+        waiting.connect(listener.getsockname())
+        # An idle sibling takes it, or the parent forks one for it.
+        assert ChildDrain(Board(False), listener).may_keep(job)
+        assert not ChildDrain(Board(True), listener).may_keep(job)
+    drain = ChildDrain(Board(False), listener)
+    drain.draining = True
+    assert not drain.may_keep(job)
+
+
+def test_a_childs_jobs_get_its_answers():
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        drain = ChildDrain()
+        job = drain.wrap(lambda client, addr: Served(0))(theirs, None)
+        assert (job.on_idle, job.may_keep) == (drain.on_idle, drain.may_keep)
+        assert drain.job is job and drain.client is theirs
+
+
+def test_the_board_says_when_the_pool_is_exhausted():
+    """No child idle and the parent's ``full`` byte set; either alone is not."""
+    from flupfast.serving.prefork import STATUS_BUSY, STATUS_IDLE, ChildBoard
+    buffer, full = bytearray(STATUS_BUSY * 3), bytearray(b'\x01')
+    assert ChildBoard(buffer, 0, 1, 2, full).pool_exhausted()
+    assert not ChildBoard(buffer, 0, 1, 2).pool_exhausted()  # no byte: the pool may grow
+    full[0] = 0
+    assert not ChildBoard(buffer, 0, 1, 2, full).pool_exhausted()
+    full[0] = 1
+    buffer[2:3] = STATUS_IDLE
+    assert not ChildBoard(buffer, 0, 1, 2, full).pool_exhausted()
+
+
 def test_no_mode_probes_a_job():
     """Nothing in serving/ asks a job what it has (hasattr/getattr on a job): the contract
     says what it has."""

@@ -5,7 +5,7 @@ module only gathers their public names.
 from flupfast.serving.prefork.arbiter import ChildRecord, PreforkMode
 from flupfast.serving.prefork.child import (
     DRAIN_SIGNAL, ChildBoard, ChildDrain, notify_parent, serve_child)
-from flupfast.serving.prefork.overload import OverloadGuard, _has_waiting  # noqa: F401
+from flupfast.serving.prefork.overload import OverloadGuard
 from flupfast.serving.prefork.policy import (
     BUSY, EXCESS_CHECK, EXITING, IDLE, PARENT_TICK, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
     STATUS_IDLE, PoolChange, PoolLimits, decide_pool_change, retire_after_delay)

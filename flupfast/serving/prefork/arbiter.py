@@ -97,6 +97,7 @@ class PreforkMode(JobSource, LoopControl):
         self._spawn_blocked_until = 0.0
         self._excess = None          # retire_after_delay's state: (since, fewest) or None
         self._board = None           # the scoreboard (shared mmap) while serving
+        self._full = None            # ... and the byte that says the pool has max_children
         self._child_board = None     # in a child: its ChildBoard
         # The status page's per-child slots (flupfast.ops.workers.PreforkWorkers), indexed
         # like the scoreboard, or None (no status page: no cost).
@@ -156,6 +157,7 @@ class PreforkMode(JobSource, LoopControl):
         self._in_child = False
         self._selector = selector = selectors.DefaultSelector()
         self._board = mmap.mmap(-1, self.limits.max_children)  # shared, zero-filled
+        self._full = mmap.mmap(-1, 1)  # 1 while the pool has max_children (ChildBoard.full)
         try:
             selector.register(signals, selectors.EVENT_READ, None)
             overload = self._overload
@@ -189,6 +191,8 @@ class PreforkMode(JobSource, LoopControl):
                 signals.close()
                 self._board.close()
                 self._board = None
+                self._full.close()
+                self._full = None
         return self.reload_requested
 
     def _read_board(self):
@@ -236,6 +240,8 @@ class PreforkMode(JobSource, LoopControl):
                 if not self.spawn_child(sock):
                     self._spawn_blocked_until = time.monotonic() + FORK_SPAWN_BACKOFF
                     break
+        if self._full is not None:  # read by the children's may_keep (child.py ChildDrain)
+            self._full[0] = len(self.children) >= self.limits.max_children
 
     def _excess_timeout(self, timeout):
         """The loop's wait, shortened to EXCESS_CHECK while an excess of idle children waits
@@ -342,7 +348,7 @@ class PreforkMode(JobSource, LoopControl):
         if slot is not None:
             limits = self.limits
             self._child_board = ChildBoard(self._board, slot, limits.min_spare,
-                                           limits.max_spare)
+                                           limits.max_spare, self._full)
         status = 0
         try:
             parent_end.close()
@@ -391,11 +397,10 @@ class PreforkMode(JobSource, LoopControl):
     def _child(self, sock, parent_sock):
         """The child's main loop: ``serve_child`` (the backend's twin) with this mode's
         settings."""
-        job_class = self.new_job
+        drain = ChildDrain(self._child_board, sock)
         if DRAIN_SIGNAL is not None:
-            drain = ChildDrain()
             signal.signal(DRAIN_SIGNAL, drain.on_signal)
-            job_class = drain.wrap(job_class)
+        job_class = drain.wrap(self.new_job)
         if self.max_memory:
             job_class = MemoryWatch(self.max_memory).wrap(job_class)
         # random was seeded afresh in this child (_become_child): each draws its own jitter.

@@ -14,7 +14,7 @@ from flupfast.limits import ACCEPT_BACKOFF
 from flupfast.output import shutdown_quietly
 from flupfast.serving.job import END, WAIT
 from flupfast.serving.listen import (
-    ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, is_tcp, set_nodelay)
+    ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, has_waiting, is_tcp, set_nodelay)
 from flupfast.serving.prefork.policy import STATUS_BUSY, STATUS_IDLE
 
 __all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "STATUS_BUSY",
@@ -67,14 +67,16 @@ def notify_parent(parent_sock, status):
 
 class ChildBoard:
     """A child's place on the scoreboard: the shared ``buffer`` (an anonymous shared mmap),
-    its ``slot``, and the pool limits that say when the parent must be woken."""
-    __slots__ = ("buffer", "slot", "min_spare", "max_spare")
+    its ``slot``, and the pool limits that say when the parent must be woken; ``full``, one
+    shared byte the parent sets while the pool has max_children (None: unknown)."""
+    __slots__ = ("buffer", "slot", "min_spare", "max_spare", "full")
 
-    def __init__(self, buffer, slot, min_spare, max_spare):
+    def __init__(self, buffer, slot, min_spare, max_spare, full=None):
         self.buffer = buffer
         self.slot = slot
         self.min_spare = min_spare
         self.max_spare = max_spare
+        self.full = full
 
     def report(self, parent_sock, status):
         """Mark this child ``status`` (STATUS_BUSY or STATUS_IDLE); wake the parent only when
@@ -93,6 +95,12 @@ class ChildBoard:
         if crossed:
             return notify_parent(parent_sock, status)
         return True
+
+    def pool_exhausted(self):
+        """The parent's PreforkMode.pool_exhausted from the shared memory: no child is idle and
+        none may be added."""
+        full = self.full
+        return full is not None and full[0] != 0 and STATUS_IDLE[0] not in self.buffer[:]
 
 
 def _child_poller(listen_sock, parent_sock):
@@ -188,21 +196,30 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
 
 class ChildDrain:
     """A child's side of DRAIN_SIGNAL: the job it runs and that job's socket, so the handler
-    can end an idle persistent connection, and the flag a job checks before it goes idle."""
+    can end an idle persistent connection, and the flag a job checks before it goes idle.
+    And whether the job may keep its connection after a request (``may_keep``): a kept
+    connection holds its child, so when every child is busy, none may be added and a
+    connection waits, a child that ends a request lets its connection go (where the protocol
+    tells the web server: AJP13) and takes the waiting one. Without that, a front that opened more
+    connections than the pool has children (Apache's pool after a burst) left the extra ones
+    waiting for the overload answer while the children waited on idle connections."""
 
-    __slots__ = ("job", "client", "draining")
+    __slots__ = ("job", "client", "draining", "_board", "_listen_sock")
 
-    def __init__(self):
+    def __init__(self, board=None, listen_sock=None):
         self.job = self.client = None
         self.draining = False
+        self._board = board              # a ChildBoard: the siblings' states
+        self._listen_sock = listen_sock  # where a connection waits for a child
 
     def wrap(self, new_job):
         """A job factory for serve_child: ``new_job``'s jobs, remembered and given
-        ``on_idle``."""
+        ``on_idle`` and ``may_keep``."""
         def make_job(client, addr, *args):
             job = new_job(client, addr, *args)
             self.job, self.client = job, client
             job.on_idle = self.on_idle
+            job.may_keep = self.may_keep
             return job
         return make_job
 
@@ -210,6 +227,17 @@ class ChildDrain:
         """Once draining, a persistent connection ends between requests; a new one serves
         its first request."""
         return END if self.draining and job.served > 0 else WAIT
+
+    def may_keep(self, job):
+        """False once draining, or when the pool is exhausted and a connection waits (asked
+        only then: the scoreboard is in memory, the queue a system call). While the pool may
+        grow, the parent forks a child for the waiting connection instead."""
+        if self.draining:
+            return False
+        board = self._board
+        if board is None or not board.pool_exhausted():
+            return True
+        return not has_waiting(self._listen_sock)
 
     def on_signal(self, signum, frame):
         self.draining = True

@@ -3,25 +3,17 @@ child busy are answered "overloaded" in short-lived threads. It must not run the
 peer in the parent's thread, or compete with an idle child for a connection.
 """
 import logging
-import select
 import selectors
 import threading
 import time
 
 from flupfast.limits import FORK_OVERLOAD_WAIT, MAX_OVERLOAD_ANSWERS, OVERLOAD_ANSWER_SECONDS
-from flupfast.serving.listen import ACCEPT_RETRY_ERRORS, is_tcp, set_nodelay
+from flupfast.serving.listen import ACCEPT_RETRY_ERRORS, has_waiting, is_tcp, set_nodelay
 from flupfast.serving.prefork.policy import PARENT_TICK, REAP_POLL
 
 __all__ = ["FORK_OVERLOAD_WAIT", "OverloadGuard"]
 
 logger = logging.getLogger("flupfast")
-
-
-def _has_waiting(listen_sock):
-    """True when a connection waits in ``listen_sock``'s queue (readable; nothing is accepted)."""
-    poller = select.poll()
-    poller.register(listen_sock, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 class OverloadGuard:
@@ -68,7 +60,7 @@ class OverloadGuard:
         if wait is None or not self.mode.pool_exhausted():
             self._calm()
             return timeout
-        if self._since is None or not _has_waiting(listen_sock):
+        if self._since is None or not has_waiting(listen_sock):
             self._since = None  # nobody waits (the children took them all): watch for one
             if self._watched is None:
                 selector.register(listen_sock, selectors.EVENT_READ, self)
