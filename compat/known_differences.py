@@ -365,6 +365,16 @@ DIFFERENCES = [
         'is closed',
         'a refusal must say so, while somebody still waits for it'),
     Difference(
+        'prefork-kept-connection-released', 'preforkserver.py:416-417, ajp_base.py:496-499',
+        'a child serves its AJP13 connection until the web server closes it, always answering '
+        'END_RESPONSE reuse=1: once every child holds one of Apache\'s pooled connections, '
+        'a connection beyond them waits for Apache\'s timeout',
+        'a child that ends a request while no child is idle, the pool has maxChildren and a '
+        'connection waits answers END_RESPONSE reuse=0 (Apache closes that connection) and '
+        'takes the waiting one',
+        'a kept connection must not starve a waiting one; the reuse flag lets it go without '
+        'racing the web server\'s next request on it'),
+    Difference(
         'prefork-shutdown-drain', 'preforkserver.py:240-260',
         'on SIGTERM, SIGINT or SIGHUP sends SIGINT to busy children at once: every request in '
         'flight fails',

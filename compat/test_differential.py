@@ -75,6 +75,7 @@ SHOWN_ELSEWHERE = {
     'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',
     'prefork-pool-full': 'tests/reliability/test_faults.py',
     'prefork-shutdown-drain': 'tests/reliability/test_faults.py',
+    'prefork-kept-connection-released': 'tests/integration/test_apache_ajp.py',
     'request-timeout-watchdog': 'tests/reliability/test_faults.py',
     'fastcgi-refused-peer-logged': 'tests/reliability/test_access.py',
     'allowed-servers-everywhere': 'tests/reliability/test_access.py',

@@ -200,9 +200,10 @@ class ChildDrain:
     And whether the job may keep its connection after a request (``may_keep``): a kept
     connection holds its child, so when every child is busy, none may be added and a
     connection waits, a child that ends a request lets its connection go (where the protocol
-    tells the web server: AJP13) and takes the waiting one. Without that, a front that opened more
-    connections than the pool has children (Apache's pool after a burst) left the extra ones
-    waiting for the overload answer while the children waited on idle connections."""
+    tells the web server: AJP13) and takes the waiting one (known_differences
+    'prefork-kept-connection-released'). Without that, a front that opened more connections
+    than the pool has children (Apache's pool after a burst) left the extra ones waiting for
+    the overload answer while the children waited on idle connections."""
 
     __slots__ = ("job", "client", "draining", "_board", "_listen_sock")
 
