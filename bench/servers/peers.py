@@ -25,9 +25,12 @@ def _flupfast(proto, mode, candidates=({},)):
 
 PROTO_LABEL = {"fcgi": "FastCGI", "scgi": "SCGI", "uwsgi": "uwsgi", "ajp": "AJP13",
                "http": "HTTP"}
-_FORK = ({}, {"max_children": 8}, {"max_children": 32})
+# Small pools too: on this 2-core machine uWSGI's best was 2 processes, and a pool as small
+# must be tried on both sides.
+_FORK = ({}, {"max_children": 8}, {"max_children": 32}, {"max_children": 2, "max_spare": 2},
+         {"max_children": 4, "max_spare": 4})
 _THREAD = ({}, {"max_threads": 8})
-_UWSGI_FORK = ({"processes": 16}, {"processes": 4}, {"processes": 8})
+_UWSGI_FORK = ({"processes": 16}, {"processes": 4}, {"processes": 8}, {"processes": 2})
 
 PEERS = {p.key: p for p in (
     _flupfast("fcgi", "fork", _FORK), _flupfast("fcgi", "thread", _THREAD),

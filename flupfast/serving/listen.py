@@ -19,8 +19,8 @@ from flupfast.limits import REFUSED_PEER_LOG_INTERVAL, REFUSED_PEERS_REMEMBERED
 
 __all__ = [
     "ACCEPT_RETRY_ERRORS", "ACCEPT_EXHAUSTION_ERRNOS", "AllowList", "bind_listen_socket",
-    "has_waiting", "inherited_listen_socket", "is_tcp", "resolve_owner", "set_cloexec", "set_nodelay",
-    "warn_if_exposed",
+    "has_waiting", "inherited_listen_socket", "is_tcp", "resolve_owner", "set_cloexec",
+    "set_nodelay", "warn_if_exposed",
 ]
 
 # accept() failures that mean "nobody to accept after all": EAGAIN when another process won the
