@@ -75,6 +75,39 @@ cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
     return sock
 
 
+cdef object _accept_built(int listen_fd, socket_class, bint direct, family, type_, proto,
+                          bint unix):
+    """One accept4(SOCK_CLOEXEC) on a non-blocking listening socket, the socket built as
+    _new_socket builds it: (client, addr) in the format socket.accept() gives ('' for an
+    unnamed AF_UNIX peer), or None when nothing is to be taken (another process took it, the
+    peer left first, a signal); OSError for anything else. The prefork child's accept: Python's
+    socket.accept() runs socket.py's __init__ and reads the listener's family and type through
+    properties that build enums, twice the chain's Python per connection."""
+    cdef int fd = flupfast_accept_cloexec(listen_fd)
+    cdef int err
+    if fd < 0:
+        err = errno
+        if err == EAGAIN or err == EWOULDBLOCK or err == ECONNABORTED:
+            return None
+        if err == EINTR:
+            PyErr_CheckSignals()  # a Python handler may raise (SIGINT at shutdown)
+            return None
+        import os
+        raise OSError(err, os.strerror(err))
+    try:
+        client = _new_socket(socket_class, direct, family, type_, proto, fd)
+    except BaseException:
+        c_close(fd)
+        raise
+    if unix:
+        return client, ''
+    try:
+        return client, client.getpeername()
+    except OSError:  # reset before we asked
+        client.close()
+        return None
+
+
 cdef enum:
     _LEADER_SETS = 8  # workers waiting at once on sets of their own (EPOLLEXCLUSIVE)
 

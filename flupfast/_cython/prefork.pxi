@@ -3,8 +3,8 @@
 #
 # What it does in C: the wait (epoll_wait with EPOLLEXCLUSIVE on the shared listening socket, or
 # poll(2) where there is no epoll; the GIL released) and the one-byte status reports to the
-# parent (send(2)). The accept itself stays
-# Python's socket.accept(), which builds the address in Python's own format; the job is Python.
+# parent (send(2)), and the accept (leader.pxi's _accept_built: accept4, the socket built without
+# socket.py's __init__, the address in socket.accept()'s format). The job is Python.
 
 cdef extern from *:
     """
@@ -194,10 +194,10 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     """
     # Imported here, not at module level: serving.prefork picks this function through _impl.
     import os
+    import socket
     import time
     import flupfast.serving.prefork.child as policy
-    from flupfast.serving.listen import (ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS,
-                                         is_tcp, set_nodelay)
+    from flupfast.serving.listen import ACCEPT_EXHAUSTION_ERRNOS, is_tcp, set_nodelay
     cdef int listen_fd = listen_sock.fileno()
     cdef int parent_fd = parent_sock.fileno()
     cdef unsigned char busy = (<bytes>policy.STATUS_BUSY)[0]
@@ -210,7 +210,10 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     cdef Py_ssize_t left = max_requests if limited else 0
     cdef Py_buffer board_view
     cdef _Board cboard
-    accept = listen_sock.accept
+    cdef bint unix = listen_sock.family == socket.AF_UNIX
+    socket_class = socket.socket
+    cdef bint direct = _can_build_socket(socket_class)
+    family, type_, proto = listen_sock.family, listen_sock.type, listen_sock.proto
     if policy.STATUS_IDLE != b'\xff':
         raise AssertionError('the scoreboard counts 0xff as idle')
     cboard.buf = NULL
@@ -254,15 +257,17 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 if events[i].data.fd == parent_fd:
                     return  # any activity from the parent (EOF) means: exit (flup :390-395)
             try:
-                client, addr = accept()
-            except ACCEPT_RETRY_ERRORS:
-                continue  # another child won the race for this connection
+                accepted = _accept_built(listen_fd, socket_class, direct, family, type_, proto,
+                                         unix)
             except OSError as exc:
                 if exc.errno not in ACCEPT_EXHAUSTION_ERRNOS:
                     raise
                 policy.logger.error("accept() failed in child %d: %s", os.getpid(), exc)
                 time.sleep(policy.ACCEPT_BACKOFF)
                 continue
+            if accepted is None:
+                continue  # another child won the race for this connection
+            client, addr = accepted
             if not (linux and client_timeout is None and client.gettimeout() is None):
                 client.settimeout(client_timeout)  # else already blocking: no ioctl
             if tcp:

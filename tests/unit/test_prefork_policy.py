@@ -272,6 +272,41 @@ def test_child_exits_when_parent_closes_and_checks_allow_list(tmp_path, child_lo
         child.close()
 
 
+def test_child_gives_a_tcp_peer_as_accept_does(child_loop):
+    """Over TCP the allow-list and the job get the peer's (host, port), as socket.accept()
+    gives it (the compiled child accepts in C), and the job's socket is a socket.socket with
+    the child's client timeout, its family and type the listener's."""
+    seen = []
+    listener = socket.socket(socket.AF_INET)
+    listener.bind(('127.0.0.1', 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    parent, child = socket.socketpair()
+    child.setblocking(False)
+    CountingJob.seen_limits, CountingJob.seen_timeouts = [], []
+
+    def allowed(addr):
+        seen.append(addr)
+        return True
+    thread = threading.Thread(target=child_loop, args=(
+        listener, child, CountingJob, (b"ok",), allowed, 0, 7.5, None))
+    thread.start()
+    try:
+        with socket.create_connection(listener.getsockname(), timeout=10) as client:
+            with client.makefile("rwb") as stream:
+                stream.write(b"x\n")
+                stream.flush()
+                assert stream.readline() == b"ok\n"
+            assert seen == [client.getsockname()]
+        assert CountingJob.seen_timeouts == [7.5]
+    finally:
+        parent.close()
+        thread.join(10)
+        assert not thread.is_alive()
+        listener.close()
+        child.close()
+
+
 def test_unlimited_child_tells_job_none(tmp_path, child_loop):
     listen, parent, child, thread = run_child_loop(tmp_path, 0, loop=child_loop)
     try:
