@@ -335,11 +335,12 @@ cdef object _status_prefix(conn, int flags, environ):
 
 def uwsgi_url_scheme(environ):
     """wsgi.url_scheme of a uwsgi request; see protocols.uwsgi.url_scheme."""
-    return _uwsgi_url_scheme(environ if type(environ) is dict else dict(environ))
+    return _uwsgi_url_scheme(environ)
 
 
-cdef str _uwsgi_url_scheme(dict environ):
-    # A dict (the codec's): its lookups in C, not a method call each.
+cdef str _uwsgi_url_scheme(mapping):
+    # Read as a dict (the codecs give one): its lookups in C, not a method call each.
+    cdef dict environ = mapping if type(mapping) is dict else dict(mapping)
     value = environ.get('UWSGI_SCHEME')
     if value:
         value = value.lower()
@@ -414,11 +415,10 @@ cdef _stock_handler(server, int flags, environ, stdin, output):
     _build_environ(environ, server.environ, stdin, _sys.stderr, server.multithreaded,
                    server.multiprocess, False)
     environ['wsgi.file_wrapper'] = _gw_FileWrapper
-    # The codecs give a dict; a connection's own read_header may give another mapping.
-    cdef bint is_dict = type(environ) is dict
     if flags & _OWN_UWSGI_ENVIRON:
-        environ['wsgi.url_scheme'] = _uwsgi_url_scheme(environ if is_dict else dict(environ))
-    if not (is_dict and _sanitize_common(environ, server)):
+        environ['wsgi.url_scheme'] = _uwsgi_url_scheme(environ)
+    # The codecs give a dict; a connection's own read_header may give another mapping.
+    if not (type(environ) is dict and _sanitize_common(environ, server)):
         server._sanitizeEnv(environ)
     _run_application(server.application, environ, output,
                      None if server.multithreaded else server._appLock)
