@@ -97,11 +97,13 @@ TWINS = (
     ("run_scgi", "run_scgi", "flupfast.scgi_connection", "run"),
     ("run_fcgi", "run_fcgi", "flupfast.fastcgi_connection", "run"),
     ("uwsgi_url_scheme", "uwsgi_url_scheme", "flupfast.protocols.uwsgi", "url_scheme"),
+    ("WorkerTitle", "WorkerTitle", "flupfast.ops.proctitle", "WorkerTitle"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
-# importing a codec must not load; the SCGI and FastCGI connections import this module.
-LAZY = frozenset({"serve_child", "Leader", "serve_scgi", "run_scgi", "run_fcgi"})
+# importing a codec must not load; the SCGI and FastCGI connections import this module (and
+# ops.proctitle, whose WorkerTitle is a twin).
+LAZY = frozenset({"serve_child", "Leader", "serve_scgi", "run_scgi", "run_fcgi", "WorkerTitle"})
 
 
 def runs_compiled(kind):

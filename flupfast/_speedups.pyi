@@ -117,6 +117,13 @@ def build_environ(
 
 def sanitize_cgi_environ(environ: Dict[str, Any], server_name: str) -> None: ...
 
+class WorkerTitle:
+    busy: str
+    idle: str
+    def __init__(self, number: int, app_name: str, set_title: Callable[[str], Any]) -> None: ...
+    def begin(self, environ: Dict[str, Any]) -> None: ...
+    def end(self, token: Any, response: Any, failed: bool) -> None: ...
+
 class Response:
     responder: Any
     status: Optional[bytes]

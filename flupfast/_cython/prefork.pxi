@@ -272,7 +272,8 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 client.settimeout(client_timeout)  # else already blocking: no ioctl
             if tcp:
                 set_nodelay(client)
-            if not is_client_allowed(addr):  # before reporting busy, as flup (:409-411)
+            # Before reporting busy, as flup (:409-411); None: every peer is admitted.
+            if is_client_allowed is not None and not is_client_allowed(addr):
                 client.close()
                 continue
             _board_report(&cboard, parent_fd, busy, out_epfd)

@@ -27,10 +27,11 @@ from flupfast.limits import COALESCE_LIMIT as _COALESCE_LIMIT, RECV_BUFFER_SIZE 
 from flupfast.protocols.errors import ProtocolError as _ProtocolError
 from flupfast.output import is_regular_file as _is_regular_file
 from flupfast.protocols import uwsgi as _uwsgi_py
-from flupfast.serving.job import WAIT as _WAIT
+from flupfast.serving.job import WAIT as _WAIT, wait as _wait_always
 
 cdef object _INFO = _logging.INFO
 cdef object _DEBUG = _logging.DEBUG
+cdef object _Logger = _logging.Logger
 cdef object _thread_state = _sockio._thread_state
 cdef object _receive_buffer = _sockio.receive_buffer
 cdef dict _uwsgi_prefixes = _uwsgi_py._prefixes
@@ -285,6 +286,19 @@ cdef class _RawOutputStream(PartsWriter):
         self._conn.send_file(filelike)
 
 
+cdef bint _enabled_for(logger, level) except -1:
+    """``logger.isEnabledFor(level)``: a plain Logger's answer from the cache its own method
+    reads first (logging.Logger.isEnabledFor), without the Python call; the method when the
+    cache lacks it, or for any other logger class."""
+    if type(logger) is _Logger:
+        cache = getattr(logger, '_cache', None)
+        if type(cache) is dict and not logger.disabled:
+            answer = (<dict>cache).get(level)
+            if answer is not None:
+                return answer
+    return logger.isEnabledFor(level)
+
+
 cdef tuple _read_head(conn, decode, int flags):
     """SCGIConnection._read_header, compiled: (environ, content_length, body bytes received
     with the head)."""
@@ -292,7 +306,9 @@ cdef tuple _read_head(conn, decode, int flags):
     data = None
     conn.idle = True  # no request byte yet: a stop may end the wait
     try:
-        if conn.on_idle(conn, False) is _WAIT:
+        on_idle = conn.on_idle
+        # The contract's default (no mode asks: a prefork child until it drains) needs no call.
+        if on_idle is _wait_always or on_idle(conn, False) is _WAIT:
             if flags & _OWN_RECV:
                 pair = _thread_buffer()
                 n = _recv_into(conn._sock, pair[0], 0)
@@ -430,8 +446,8 @@ cdef _run_stock_request(conn, server, request_class, int flags, environ, stdin,
     the server's stock handler; the request itself is built only for ``server.error``."""
     logger = conn.logger
     # DEBUG is on only where INFO is: at flup's WARNING one check, not two.
-    cdef bint info = logger.isEnabledFor(_INFO)
-    cdef bint debug = info and logger.isEnabledFor(_DEBUG)
+    cdef bint info = _enabled_for(logger, _INFO)
+    cdef bint debug = info and _enabled_for(logger, _DEBUG)
     start = None
     if info:  # the line's arguments only when logged
         _log_info(logger, '%s %s', environ['REQUEST_METHOD'], _readable(

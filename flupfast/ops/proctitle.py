@@ -2,6 +2,8 @@
 ``ps`` shows ``flupfast: master [app]`` and, for each prefork child, ``flupfast: worker N [app]
 idle`` or ``busy METHOD URI``. Without setproctitle, or turned off, everything here is a no-op.
 """
+from flupfast import _impl
+
 try:
     import setproctitle as _setproctitle
 except ImportError:  # the optional extra is not installed
@@ -45,23 +47,25 @@ def become_worker(number):
     that keeps the title current (WorkerTitle), or None when titles are off."""
     if _app is None:
         return None
-    return WorkerTitle(number, _app)
+    return _impl.WorkerTitle(number, _app, _set_title)
 
 
 class WorkerTitle:
     """A request observer (flupfast.gateway.set_observer) for a process serving one request
-    at a time: ``busy METHOD URI`` while it runs, ``idle`` after. setproctitle writes the
-    title into the process's argv memory (and the 15-byte kernel name with one prctl)."""
+    at a time: ``busy METHOD URI`` while it runs, ``idle`` after, through ``set_title``.
+    setproctitle writes the title into the process's argv memory (and the 15-byte kernel
+    name with one prctl). Compiled twin: _cython/proctitle.pxi."""
 
-    def __init__(self, number, app_name):
+    def __init__(self, number, app_name, set_title):
         prefix = 'flupfast: worker %d [%s] ' % (number, app_name)
         self.busy = prefix + 'busy '
         self.idle = prefix + 'idle'
-        _set_title(self.idle)
+        self._set_title = set_title
+        set_title(self.idle)
 
     def begin(self, environ):
-        _set_title('%s%s %s' % (self.busy, environ.get('REQUEST_METHOD', '-'),
-                                environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')))
+        self._set_title('%s%s %s' % (self.busy, environ.get('REQUEST_METHOD', '-'),
+                                     environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')))
 
     def end(self, token, response, failed):
-        _set_title(self.idle)
+        self._set_title(self.idle)

@@ -129,6 +129,11 @@ class SCGIAJPServerBase(object):
             allow = self._allow_list = AllowList(self._allowedServers, logger=self.logger)
         return allow.addresses is None or allow.allows(addr)  # unset: no call per connection
 
+    _ownClientCheck = _isClientAllowed  # the stock check (_admitsEveryPeer)
+
+    def _peerListsUnset(self):
+        return self._allowedServers is None
+
     def _run_front(self, mode_run):
         """flup's front-end ``run()``: log, set up the socket, run the mode, clean up.
         A socket that cannot be set up is logged and run() returns False, as flup means to

@@ -412,6 +412,11 @@ class BaseFCGIServer(object):
         return (web_servers.addresses is None or web_servers.allows(addr)) \
             and (allowed.addresses is None or allowed.allows(addr))
 
+    _ownClientCheck = _isClientAllowed  # the stock check (_admitsEveryPeer)
+
+    def _peerListsUnset(self):
+        return self._web_server_addrs is None and self._allowedServers is None
+
     def _build_allow_lists(self):
         return (AllowList.web_server_addrs(self._web_server_addrs, _connection.logger),
                 AllowList(self._allowedServers, logger=_connection.logger,

@@ -139,7 +139,7 @@ class PreforkServer(_ModeFacade):
     def _child(self, sock, parent):
         """Main loop for children."""
         ops.become_worker(self._servingMode.child_number)
-        self._servingMode._child(sock, parent)
+        self._servingMode._child(sock, parent, check_peers=not self._admitsEveryPeer())
 
     def _notifyParent(self, parent, msg):
         """Send a status message to the parent; False if the parent is gone."""

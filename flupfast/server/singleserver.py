@@ -132,6 +132,16 @@ class _ModeFacade(object):
         """Override to provide access control."""
         return True
 
+    def _admitsEveryPeer(self):
+        """Whether the client check in force admits every peer without looking: the
+        protocol base's own ``_isClientAllowed`` (not an override, on the class or the
+        instance) with its lists unset (``_peerListsUnset``). A prefork child, forked with
+        this state, then asks nothing per connection."""
+        own = getattr(type(self), '_ownClientCheck', None)
+        return own is not None and getattr(type(self), '_isClientAllowed', None) is own \
+            and '_isClientAllowed' not in getattr(self, '__dict__', ()) \
+            and self._peerListsUnset()
+
     # Signal handlers: they only set flags; the loop acts.
 
     def _hupHandler(self, signum, frame):

@@ -86,6 +86,33 @@ def test_every_protocol_applies_allowed_servers(server, caplog):
     assert srv._isClientAllowed(('127.0.0.2', 1))
 
 
+@pytest.mark.parametrize('make', [
+    lambda **kw: scgi_fork.WSGIServer(hello, **kw),
+    lambda **kw: ajp_fork.WSGIServer(hello, **kw),
+    lambda **kw: fcgi_fork.WSGIServer(hello, **kw),
+], ids=['scgi', 'ajp', 'fcgi'])
+def test_a_fork_child_skips_the_check_only_when_it_admits_everybody(make):
+    """A prefork child asks nothing per connection only when the stock check has no list;
+    a list, FCGI_WEB_SERVER_ADDRS, or an override (class or instance) is asked."""
+    assert make()._admitsEveryPeer()
+    assert not make(allowedServers=['127.0.0.1'])._admitsEveryPeer()
+    srv = make()
+    srv._isClientAllowed = lambda addr: False
+    assert not srv._admitsEveryPeer()
+    srv = make()
+
+    class Picky(type(srv)):
+        def _isClientAllowed(self, addr):
+            return False
+    assert not Picky(hello)._admitsEveryPeer()
+    srv._allowedServers = ['127.0.0.1']  # flup's attribute, reassigned before the fork
+    assert not srv._admitsEveryPeer()
+    if hasattr(srv, '_web_server_addrs'):
+        srv = make()
+        srv._web_server_addrs = ['127.0.0.1']
+        assert not srv._admitsEveryPeer()
+
+
 def test_fastcgi_applies_both_of_its_lists(monkeypatch):
     srv = fcgi.WSGIServer(hello, allowedServers=['127.0.0.1', '127.0.0.3'])
     srv._web_server_addrs = ['127.0.0.1', '127.0.0.2']  # what run() reads from the variable

@@ -119,12 +119,21 @@ def test_a_child_keeps_its_connection_unless_a_connection_waits_for_a_busy_pool(
 
 
 def test_a_childs_jobs_get_its_answers():
+    """``may_keep`` always; ``on_idle`` once draining: the signal gives it to the job of the
+    moment, and the jobs made after it get it too. Until then a job keeps the contract's
+    default (which the compiled connections answer without a call)."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
         drain = ChildDrain()
-        job = drain.wrap(lambda client, addr: Served(0))(theirs, None)
-        assert (job.on_idle, job.may_keep) == (drain.on_idle, drain.may_keep)
+        make_job = drain.wrap(lambda client, addr: Served(1))
+        job = make_job(theirs, None)
+        assert job.may_keep == drain.may_keep and job.on_idle is Job.on_idle
         assert drain.job is job and drain.client is theirs
+        assert job.on_idle(job, False) is WAIT
+        drain.on_signal(None, None)
+        assert job.on_idle == drain.on_idle and job.on_idle(job, False) is END
+        later = make_job(theirs, None)
+        assert later.on_idle == drain.on_idle and later.on_idle(later, False) is END
 
 
 def test_the_board_says_when_the_pool_is_exhausted():

@@ -272,6 +272,15 @@ def test_child_exits_when_parent_closes_and_checks_allow_list(tmp_path, child_lo
         child.close()
 
 
+def test_child_without_a_check_admits_every_peer(tmp_path, child_loop):
+    """``is_client_allowed`` None (the front end admits everybody): served, nothing asked."""
+    listen, parent, child, thread = run_child_loop(tmp_path, 0, allowed=None, loop=child_loop)
+    try:
+        assert listen.request(1) == [b"ok\n"]
+    finally:
+        stop_child_loop(listen, parent, child, thread)
+
+
 def test_child_gives_a_tcp_peer_as_accept_does(child_loop):
     """Over TCP the allow-list and the job get the peer's (host, port), as socket.accept()
     gives it (the compiled child accepts in C), and the job's socket is a socket.socket with

@@ -4,6 +4,7 @@ import pytest
 
 from flupfast import gateway, ops
 from flupfast.ops import proctitle
+from tests.conftest import install_backend
 
 
 @pytest.fixture
@@ -15,7 +16,9 @@ def titles(monkeypatch):
     ops.put_on_duty('title', None)
 
 
-def test_master_then_worker_busy_and_idle(titles):
+def test_master_then_worker_busy_and_idle(titles, backend, monkeypatch):
+    """On both backends: the compiled WorkerTitle is the pure one's twin."""
+    install_backend(monkeypatch, backend)
     assert proctitle.enable('site.wsgi:app')
     ops.become_worker(3)
     observer = gateway._observer
@@ -25,6 +28,9 @@ def test_master_then_worker_busy_and_idle(titles):
                       'flupfast: worker 3 [site.wsgi:app] idle',
                       'flupfast: worker 3 [site.wsgi:app] busy POST /form?x=1',
                       'flupfast: worker 3 [site.wsgi:app] idle']
+    assert type(observer) is backend.WorkerTitle
+    observer.begin({'PATH_INFO': '/p'})
+    assert titles[-1] == 'flupfast: worker 3 [site.wsgi:app] busy - /p'
 
 
 def test_off_means_no_observer_and_no_title(titles):

@@ -394,9 +394,10 @@ class PreforkMode(JobSource, LoopControl):
         board = self._child_board
         return board.slot + 1 if board is not None else os.getpid()
 
-    def _child(self, sock, parent_sock):
+    def _child(self, sock, parent_sock, check_peers=True):
         """The child's main loop: ``serve_child`` (the backend's twin) with this mode's
-        settings."""
+        settings; ``check_peers`` False: the front end admits every peer (no call per
+        connection)."""
         drain = ChildDrain(self._child_board, sock)
         if DRAIN_SIGNAL is not None:
             signal.signal(DRAIN_SIGNAL, drain.on_signal)
@@ -407,7 +408,7 @@ class PreforkMode(JobSource, LoopControl):
         max_requests = child_request_limit(self.max_requests, self.max_requests_jitter,
                                            random.randint)
         _impl.serve_child(sock, parent_sock, job_class, self.job_args,
-                          self.is_client_allowed, max_requests, self.sock_timeout or None,
+                          self.is_client_allowed if check_peers else None, max_requests, self.sock_timeout or None,
                           self._child_board)
 
     # -- shutdown ------------------------------------------------------------------------------

@@ -133,6 +133,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     job (serving/job.py) is told how many requests it may still serve (``max_requests``;
     None: unlimited); ``job.run()`` returns the number served.
     ``client_timeout`` becomes the accepted socket's timeout (None: blocking).
+    ``is_client_allowed(addr)`` None admits every peer without a call.
     ``board`` (a ChildBoard) reports through the scoreboard, waking the parent only when the
     pool must change; without it every change is a status byte (flup's protocol). Either
     way a gone parent ends the loop (its end of the socketpair polls readable at EOF).
@@ -173,8 +174,8 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             client.settimeout(client_timeout)
         if tcp:
             set_nodelay(client)
-        # Checked before reporting busy, as flup (:409-411).
-        if not is_client_allowed(addr):
+        # Checked before reporting busy, as flup (:409-411); None: every peer is admitted.
+        if is_client_allowed is not None and not is_client_allowed(addr):
             client.close()
             continue
         report(parent_sock, STATUS_BUSY)
@@ -215,12 +216,17 @@ class ChildDrain:
 
     def wrap(self, new_job):
         """A job factory for serve_child: ``new_job``'s jobs, remembered and given
-        ``on_idle`` and ``may_keep``."""
+        ``may_keep``; and ``on_idle`` once draining (the signal gives it to the job of the
+        moment): until then a job keeps the contract's default, which the compiled
+        connections answer without a call."""
+        may_keep, on_idle = self.may_keep, self.on_idle  # bound once, not per job
+
         def make_job(client, addr, *args):
             job = new_job(client, addr, *args)
             self.job, self.client = job, client
-            job.on_idle = self.on_idle
-            job.may_keep = self.may_keep
+            job.may_keep = may_keep
+            if self.draining:
+                job.on_idle = on_idle
             return job
         return make_job
 
@@ -243,5 +249,7 @@ class ChildDrain:
     def on_signal(self, signum, frame):
         self.draining = True
         job = self.job
+        if job is not None:
+            job.on_idle = self.on_idle
         if job is not None and job.idle:
             shutdown_quietly(self.client, socket.SHUT_RD)  # its blocked read ends at once
