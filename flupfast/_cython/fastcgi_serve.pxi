@@ -33,7 +33,6 @@ cdef int _FCGI_STDOUT = _fcgi_codec.FCGI_STDOUT
 cdef int _FCGI_STDERR = _fcgi_codec.FCGI_STDERR
 cdef int _FCGI_NULL_REQUEST_ID = _fcgi_codec.FCGI_NULL_REQUEST_ID
 cdef object _fcgi_logger = _logging.getLogger('flupfast')  # fastcgi_connection's logger
-cdef object _monotonic = _time.monotonic
 
 # The namespaces of fastcgi_connection (its pure ``run``, messages, prebuilt records) and of
 # fcgi_base (TeeOutputStream), read from the globals of their methods registered in

@@ -103,6 +103,10 @@ cdef extern from "<errno.h>":
     int EWOULDBLOCK
     int ECONNRESET
 
+import time as _time
+
+cdef object _monotonic = _time.monotonic  # also fastcgi_serve.pxi's
+
 
 cdef int _epoll_add(int epfd, int fd, unsigned int events) except -1:
     cdef epoll_event ev
@@ -159,13 +163,43 @@ cdef struct _Board:
     Py_ssize_t slot
     Py_ssize_t min_spare
     Py_ssize_t max_spare
+    const unsigned char *state  # the parent's word (ChildBoard.pool_state), or NULL
+    Py_ssize_t state_len
+    # policy.py's layout of it
+    Py_ssize_t state_size
+    Py_ssize_t full_at
+    Py_ssize_t no_guard_at
+    Py_ssize_t next_look_at
+    double sample
+    double excess_check
+
+
+cdef bint _pool_full(_Board *board) noexcept:
+    return board.state != NULL and board.state_len > board.full_at and board.state[board.full_at]
+
+
+cdef bint _parent_is_watching(_Board *board) except -1:
+    """ChildBoard.parent_is_watching: an exhausted full pool needs no wake-up now."""
+    if board.state_len < board.state_size or not _pool_full(board):
+        return False
+    return board.state[board.no_guard_at] or _parent_looks_within(board, board.sample)
+
+
+cdef bint _parent_looks_within(_Board *board, double seconds) except -1:
+    """ChildBoard.parent_looks_within."""
+    cdef double next_look
+    if board.state == NULL or board.state_len < board.state_size:
+        return False
+    memcpy(&next_look, board.state + board.next_look_at, sizeof(double))
+    return next_look - <double>_monotonic() <= seconds
 
 
 cdef bint _board_report(_Board *board, int parent_fd, unsigned char status,
                         int wait_epfd) except -1:
     """ChildBoard.report: mark the slot, wake the parent only when this change crossed
-    min_spare downwards, left no child idle, or crossed max_spare upwards; without a board,
-    always the status byte."""
+    min_spare downwards (unless the pool is full), left no child idle (unless the parent is
+    watching), or crossed max_spare upwards (unless the parent looks within EXCESS_CHECK);
+    without a board, always the status byte."""
     cdef Py_ssize_t i, idle = 0
     cdef bint crossed
     if board.buf == NULL:
@@ -176,12 +210,24 @@ cdef bint _board_report(_Board *board, int parent_fd, unsigned char status,
         if board.buf[i] == 0xff:
             idle += 1
     if status == 0xff:
-        crossed = idle == board.max_spare + 1
+        crossed = idle == board.max_spare + 1 and not _parent_looks_within(
+            board, board.excess_check)
+    elif idle == 0:
+        crossed = not _parent_is_watching(board)
     else:
-        crossed = idle == board.min_spare - 1 or idle == 0
+        crossed = idle == board.min_spare - 1 and not _pool_full(board)
     if crossed:
         return _report(parent_fd, status, wait_epfd)
     return True
+
+
+cdef void _release_board(_Board *board, Py_buffer *board_view, Py_buffer *state_view) noexcept:
+    if board.state != NULL:
+        PyBuffer_Release(state_view)
+        board.state = NULL
+    if board.buf != NULL:
+        PyBuffer_Release(board_view)
+        board.buf = NULL
 
 
 def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed,
@@ -208,7 +254,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     cdef bint linux = policy._ACCEPT_GIVES_BLOCKING
     cdef bint limited = max_requests > 0
     cdef Py_ssize_t left = max_requests if limited else 0
-    cdef Py_buffer board_view
+    cdef Py_buffer board_view, state_view
     cdef _Board cboard
     cdef bint unix = listen_sock.family == socket.AF_UNIX
     socket_class = socket.socket
@@ -217,27 +263,42 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     if policy.STATUS_IDLE != b'\xff':
         raise AssertionError('the scoreboard counts 0xff as idle')
     cboard.buf = NULL
+    cboard.state = NULL
+    cboard.state_len = 0
     if board is not None:
-        PyObject_GetBuffer(board.buffer, &board_view, PyBUF_WRITABLE)
-        cboard.buf = <unsigned char *>board_view.buf
-        cboard.size = board_view.len
+        if not 0 <= board.slot < len(board.buffer):
+            raise ValueError('scoreboard slot %d out of range' % board.slot)
         cboard.slot = board.slot
         cboard.min_spare = board.min_spare
         cboard.max_spare = board.max_spare
-        if not 0 <= cboard.slot < cboard.size:
-            PyBuffer_Release(&board_view)
-            raise ValueError('scoreboard slot %d out of range' % cboard.slot)
+        cboard.state_size = policy.POOL_STATE_SIZE
+        cboard.full_at = policy.FULL_AT
+        cboard.no_guard_at = policy.NO_GUARD_AT
+        cboard.next_look_at = policy.NEXT_LOOK_AT
+        cboard.sample = policy.PARENT_SAMPLE
+        cboard.excess_check = policy.EXCESS_CHECK
+        if policy.NEXT_LOOK.format != 'd':
+            raise AssertionError('the next look is a native double')
+        PyObject_GetBuffer(board.buffer, &board_view, PyBUF_WRITABLE)
+        cboard.buf = <unsigned char *>board_view.buf
+        cboard.size = board_view.len
+        if board.pool_state is not None:
+            try:
+                PyObject_GetBuffer(board.pool_state, &state_view, PyBUF_SIMPLE)
+            except BaseException:
+                PyBuffer_Release(&board_view)
+                raise
+            cboard.state = <const unsigned char *>state_view.buf
+            cboard.state_len = state_view.len
 
     epfd = epoll_create1(EPOLL_CLOEXEC)
     if epfd < 0:
-        if cboard.buf != NULL:
-            PyBuffer_Release(&board_view)
+        _release_board(&cboard, &board_view, &state_view)
         PyErr_SetFromErrno(OSError)
     out_epfd = epoll_create1(EPOLL_CLOEXEC)
     if out_epfd < 0:
         c_close(epfd)
-        if cboard.buf != NULL:
-            PyBuffer_Release(&board_view)
+        _release_board(&cboard, &board_view, &state_view)
         PyErr_SetFromErrno(OSError)
     try:
         _epoll_add(epfd, listen_fd, EPOLLIN | EPOLLEXCLUSIVE)
@@ -294,5 +355,4 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     finally:
         c_close(epfd)
         c_close(out_epfd)
-        if cboard.buf != NULL:
-            PyBuffer_Release(&board_view)
+        _release_board(&cboard, &board_view, &state_view)

@@ -340,7 +340,7 @@ def test_notify_parent_reports_a_gone_parent():
 # -- the scoreboard: children report in shared memory, waking the parent only when needed ------
 
 
-def run_board_child(tmp_path, loop, size, min_spare):
+def run_board_child(tmp_path, loop, size, min_spare, pool_state=None):
     """A child loop reporting in slot 3 of a ``size``-byte board (``min_spare``, max_spare 5),
     its sibling in slot 0 idle: (shared, listen, parent, child, thread)."""
     import mmap
@@ -348,8 +348,47 @@ def run_board_child(tmp_path, loop, size, min_spare):
     shared = mmap.mmap(-1, size)
     shared[0] = STATUS_IDLE[0]
     shared[3] = SLOT_UNREPORTED
-    board = ChildBoard(shared, 3, min_spare, 5)
+    board = ChildBoard(shared, 3, min_spare, 5, pool_state)
     return (shared,) + run_child_loop(tmp_path, 0, loop=loop, timeout=None, board=board)
+
+
+def test_board_child_spares_a_full_pools_parent(tmp_path, child_loop):
+    """With the pool full (the parent's word), a child going busy wakes the parent neither
+    below min_spare (no spawn can help) nor at none idle when the parent has no overload
+    guard or will look within PARENT_SAMPLE anyway; it does when that look is further off."""
+    import mmap
+    import time
+    from flupfast.serving.prefork.policy import (
+        FULL_AT, NEXT_LOOK, NEXT_LOOK_AT, NO_GUARD_AT, POOL_STATE_SIZE)
+    state = mmap.mmap(-1, POOL_STATE_SIZE)
+    state[FULL_AT] = 1
+    # one idle sibling: going busy leaves 1 idle, below min_spare 3, in a full pool
+    shared, listen, parent, child, thread = run_board_child(tmp_path, child_loop, 8, 3, state)
+    try:
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
+        parent.setblocking(False)
+        assert listen.request(1) == [b"ok\n"]
+        wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
+        _assert_no_report(parent)
+        shared[0] = STATUS_BUSY[0]  # now this one going busy leaves none idle
+        for no_guard, next_look, wakes in ((0, 0.0, False), (1, 60.0, False), (0, 60.0, True)):
+            state[NO_GUARD_AT] = no_guard
+            NEXT_LOOK.pack_into(state, NEXT_LOOK_AT, time.monotonic() + next_look)
+            assert listen.request(1) == [b"ok\n"]
+            wait_until(lambda: shared[3] == STATUS_IDLE[0], WAIT)
+            if wakes:
+                parent.setblocking(True)
+                assert recv_exact(parent, 1) == STATUS_BUSY, (no_guard, next_look)
+                parent.setblocking(False)
+            else:
+                _assert_no_report(parent)
+        state[FULL_AT] = 0  # not full: none idle always wakes it
+        NEXT_LOOK.pack_into(state, NEXT_LOOK_AT, time.monotonic())
+        assert listen.request(1) == [b"ok\n"]
+        parent.setblocking(True)
+        assert recv_exact(parent, 1) == STATUS_BUSY
+    finally:
+        stop_child_loop(listen, parent, child, thread)
 
 
 def test_board_child_reports_in_its_slot_and_stays_quiet(tmp_path, child_loop):
@@ -545,6 +584,45 @@ def test_the_parent_watches_the_scoreboard_while_an_excess_waits(monkeypatch):
     assert mode._excess_timeout(1.0) == EXCESS_CHECK
     now[0] += FORK_RETIRE_DELAY - EXCESS_CHECK / 2
     assert mode._excess_timeout(1.0) == pytest.approx(EXCESS_CHECK / 2)
+
+
+def test_the_parent_tells_its_children_when_it_looks_next(monkeypatch):
+    """After a look finds a full pool exhausted the parent looks every PARENT_SAMPLE for
+    BUSY_SPAN, after one finds an excess every EXCESS_CHECK; each wait is written to the pool
+    state, where the children read that a wake-up is not needed (ChildBoard)."""
+    import mmap
+    from flupfast.serving.prefork.policy import (
+        BUSY_SPAN, EXCESS_CHECK, FULL_AT, NEXT_LOOK, NEXT_LOOK_AT, NO_GUARD_AT, PARENT_SAMPLE,
+        POOL_STATE_SIZE)
+    mode, now, _ = _tended_pool(monkeypatch, 2, max_children=2)
+    mode._pool_state = state = mmap.mmap(-1, POOL_STATE_SIZE)
+
+    def next_look():
+        return NEXT_LOOK.unpack_from(state, NEXT_LOOK_AT)[0] - now[0]
+    assert mode._sampling_timeout(1.0) == 1.0  # not full: the tick
+    assert next_look() == pytest.approx(1.0)
+    state[FULL_AT] = 1
+    assert mode._sampling_timeout(1.0) == 1.0  # full, but a child is idle
+    for child in mode.children.values():
+        child.state = BUSY
+    assert mode._sampling_timeout(1.0) == PARENT_SAMPLE
+    assert next_look() == pytest.approx(PARENT_SAMPLE)
+    assert state[NO_GUARD_AT] == 0
+    for child in mode.children.values():
+        child.state = IDLE
+    now[0] += BUSY_SPAN / 2
+    assert mode._sampling_timeout(1.0) == PARENT_SAMPLE  # a child free: still sampling
+    now[0] += BUSY_SPAN
+    assert mode._sampling_timeout(1.0) == 1.0
+    mode._excess = (now[0], 1)
+    assert mode._sampling_timeout(1.0) == EXCESS_CHECK
+    mode._excess = None
+    now[0] += BUSY_SPAN / 2
+    assert mode._sampling_timeout(1.0) == EXCESS_CHECK
+    assert next_look() == pytest.approx(EXCESS_CHECK)
+    mode.overload_wait = None
+    mode._sampling_timeout(1.0)
+    assert state[NO_GUARD_AT] == 1
 
 
 # -- the retire hysteresis as a pure function ---------------------------------------------------

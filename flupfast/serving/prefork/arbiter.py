@@ -25,7 +25,8 @@ from flupfast.serving.prefork.child import (
     DRAIN_SIGNAL, EXIT_REQUEST_TIMEOUT, ChildBoard, ChildDrain)
 from flupfast.serving.prefork.overload import OverloadGuard
 from flupfast.serving.prefork.policy import (
-    BUSY, EXCESS_CHECK, EXITING, IDLE, REAP_POLL, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
+    BUSY, BUSY_SPAN, EXCESS_CHECK, EXITING, FULL_AT, IDLE, NEXT_LOOK, NEXT_LOOK_AT, NO_GUARD_AT,
+    PARENT_SAMPLE, POOL_STATE_SIZE, REAP_POLL, SLOT_EMPTY, SLOT_UNREPORTED, STATUS_BUSY,
     STATUS_IDLE, PoolLimits, child_request_limit, decide_pool_change, retire_after_delay)
 from flupfast.serving.prefork.recycle import MemoryWatch
 from flupfast.serving.signals import LoopControl
@@ -96,8 +97,10 @@ class PreforkMode(JobSource, LoopControl):
         self._in_child = False
         self._spawn_blocked_until = 0.0
         self._excess = None          # retire_after_delay's state: (since, fewest) or None
+        self._sampling_until = 0.0   # the loop looks every PARENT_SAMPLE until then
+        self._excess_until = 0.0     # ... and every EXCESS_CHECK until then
         self._board = None           # the scoreboard (shared mmap) while serving
-        self._full = None            # ... and the byte that says the pool has max_children
+        self._pool_state = None      # ... and the parent's word to the children (policy.py)
         self._child_board = None     # in a child: its ChildBoard
         # The status page's per-child slots (flupfast.ops.workers.PreforkWorkers), indexed
         # like the scoreboard, or None (no status page: no cost).
@@ -157,7 +160,7 @@ class PreforkMode(JobSource, LoopControl):
         self._in_child = False
         self._selector = selector = selectors.DefaultSelector()
         self._board = mmap.mmap(-1, self.limits.max_children)  # shared, zero-filled
-        self._full = mmap.mmap(-1, 1)  # 1 while the pool has max_children (ChildBoard.full)
+        self._pool_state = mmap.mmap(-1, POOL_STATE_SIZE)  # shared, zero-filled
         try:
             selector.register(signals, selectors.EVENT_READ, None)
             overload = self._overload
@@ -165,6 +168,7 @@ class PreforkMode(JobSource, LoopControl):
                 self._tend_pool(sock)
                 timeout = overload.tend(sock, selector)
                 timeout = self._excess_timeout(timeout)
+                timeout = self._sampling_timeout(timeout)
                 ready = selector.select(timeout)
                 reap = not ready  # the periodic tick reaps as a safety net
                 while ready:
@@ -191,8 +195,8 @@ class PreforkMode(JobSource, LoopControl):
                 signals.close()
                 self._board.close()
                 self._board = None
-                self._full.close()
-                self._full = None
+                self._pool_state.close()
+                self._pool_state = None
         return self.reload_requested
 
     def _read_board(self):
@@ -240,8 +244,27 @@ class PreforkMode(JobSource, LoopControl):
                 if not self.spawn_child(sock):
                     self._spawn_blocked_until = time.monotonic() + FORK_SPAWN_BACKOFF
                     break
-        if self._full is not None:  # read by the children's may_keep (child.py ChildDrain)
-            self._full[0] = len(self.children) >= self.limits.max_children
+        if self._pool_state is not None:  # read by the children (ChildBoard, ChildDrain)
+            self._pool_state[FULL_AT] = len(self.children) >= self.limits.max_children
+
+    def _sampling_timeout(self, timeout):
+        """The loop's wait, shortened to PARENT_SAMPLE for BUSY_SPAN after a look found the
+        pool exhausted, to EXCESS_CHECK after one found an excess; told to the children, which
+        then leave the parent alone (policy.py, "The parent's word")."""
+        now = time.monotonic()
+        state = self._pool_state
+        full = state[FULL_AT]
+        if full and not any(child.state == IDLE for child in self.children.values()):
+            self._sampling_until = now + BUSY_SPAN
+        if self._excess is not None:
+            self._excess_until = now + BUSY_SPAN
+        if full and now < self._sampling_until:
+            timeout = min(timeout, PARENT_SAMPLE)
+        if now < self._excess_until:
+            timeout = min(timeout, EXCESS_CHECK)
+        state[NO_GUARD_AT] = self.overload_wait is None
+        NEXT_LOOK.pack_into(state, NEXT_LOOK_AT, now + timeout)
+        return timeout
 
     def _excess_timeout(self, timeout):
         """The loop's wait, shortened to EXCESS_CHECK while an excess of idle children waits
@@ -348,7 +371,7 @@ class PreforkMode(JobSource, LoopControl):
         if slot is not None:
             limits = self.limits
             self._child_board = ChildBoard(self._board, slot, limits.min_spare,
-                                           limits.max_spare, self._full)
+                                           limits.max_spare, self._pool_state)
         status = 0
         try:
             parent_end.close()

@@ -15,7 +15,9 @@ from flupfast.output import shutdown_quietly
 from flupfast.serving.job import END, WAIT
 from flupfast.serving.listen import (
     ACCEPT_EXHAUSTION_ERRNOS, ACCEPT_RETRY_ERRORS, has_waiting, is_tcp, set_nodelay)
-from flupfast.serving.prefork.policy import STATUS_BUSY, STATUS_IDLE
+from flupfast.serving.prefork.policy import (
+    EXCESS_CHECK, FULL_AT, NEXT_LOOK, NEXT_LOOK_AT, NO_GUARD_AT, PARENT_SAMPLE, POOL_STATE_SIZE,
+    STATUS_BUSY, STATUS_IDLE)
 
 __all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "STATUS_BUSY",
            "STATUS_IDLE", "ChildBoard", "ChildDrain", "end_for_request_timeout", "notify_parent",
@@ -67,40 +69,67 @@ def notify_parent(parent_sock, status):
 
 class ChildBoard:
     """A child's place on the scoreboard: the shared ``buffer`` (an anonymous shared mmap),
-    its ``slot``, and the pool limits that say when the parent must be woken; ``full``, one
-    shared byte the parent sets while the pool has max_children (None: unknown)."""
-    __slots__ = ("buffer", "slot", "min_spare", "max_spare", "full")
+    its ``slot``, and the pool limits that say when the parent must be woken; ``pool_state``,
+    the parent's word in shared memory (policy.POOL_STATE_SIZE bytes: whether the pool is
+    full, what its overload guard needs, when the parent last looked; None: unknown; a
+    shorter buffer holds the full byte alone)."""
+    __slots__ = ("buffer", "slot", "min_spare", "max_spare", "pool_state")
 
-    def __init__(self, buffer, slot, min_spare, max_spare, full=None):
+    def __init__(self, buffer, slot, min_spare, max_spare, pool_state=None):
         self.buffer = buffer
         self.slot = slot
         self.min_spare = min_spare
         self.max_spare = max_spare
-        self.full = full
+        self.pool_state = pool_state
 
     def report(self, parent_sock, status):
         """Mark this child ``status`` (STATUS_BUSY or STATUS_IDLE); wake the parent only when
-        this change crossed a line it acts on: the idle count fell below min_spare (a spawn)
-        or to none (the overload guard watches), or rose above max_spare (a retirement). The
-        parent reads the whole board when it wakes, so each crossing needs one wake-up, not
-        every change past it; two children crossing together is caught at the parent's own
-        tick (PARENT_TICK). Returns False when the parent is gone."""
+        this change crossed a line it acts on, and the parent will not look soon by itself
+        (policy.py, "The parent's word"): the idle count fell below min_spare (a spawn; not in
+        a full pool) or to none (the overload guard: ``parent_is_watching``), or rose above
+        max_spare (a retirement; not if the parent looks within EXCESS_CHECK). The parent
+        reads the whole board when it wakes, so each crossing needs one wake-up, not every
+        change past it; two children crossing together is caught at the parent's own tick
+        (PARENT_TICK). Returns False when the parent is gone."""
         buffer = self.buffer
         buffer[self.slot] = status[0]
         idle = buffer[:].count(STATUS_IDLE)
         if status == STATUS_BUSY:
-            crossed = idle == self.min_spare - 1 or idle == 0
+            if idle == 0:
+                crossed = not self.parent_is_watching()
+            else:
+                crossed = idle == self.min_spare - 1 and not self.pool_full()
         else:
-            crossed = idle == self.max_spare + 1
+            crossed = idle == self.max_spare + 1 and not self.parent_looks_within(EXCESS_CHECK)
         if crossed:
             return notify_parent(parent_sock, status)
         return True
 
+    def pool_full(self):
+        """The parent's mark: the pool has max_children (no spawn can help)."""
+        state = self.pool_state
+        return state is not None and state[FULL_AT] != 0
+
+    def parent_is_watching(self):
+        """An exhausted full pool needs no wake-up now: the parent has no overload guard, or
+        it will look at the board within PARENT_SAMPLE anyway (policy.py, "The parent's
+        word")."""
+        state = self.pool_state
+        if state is None or len(state) < POOL_STATE_SIZE or not state[FULL_AT]:
+            return False
+        return state[NO_GUARD_AT] != 0 or self.parent_looks_within(PARENT_SAMPLE)
+
+    def parent_looks_within(self, seconds):
+        """The parent said it will look at the board within ``seconds`` from now."""
+        state = self.pool_state
+        if state is None or len(state) < POOL_STATE_SIZE:
+            return False
+        return NEXT_LOOK.unpack_from(state, NEXT_LOOK_AT)[0] - time.monotonic() <= seconds
+
     def pool_exhausted(self):
         """The parent's PreforkMode.pool_exhausted from the shared memory: no child is idle and
         none may be added."""
-        full = self.full
-        return full is not None and full[0] != 0 and STATUS_IDLE[0] not in self.buffer[:]
+        return self.pool_full() and STATUS_IDLE[0] not in self.buffer[:]
 
 
 def _child_poller(listen_sock, parent_sock):

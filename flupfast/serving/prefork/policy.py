@@ -2,13 +2,15 @@
 as pure functions of (child states, limits, now), the retire hysteresis included. No process,
 socket or clock here: the arbiter passes ``now`` in.
 """
+import struct
 from dataclasses import dataclass
 
 from flupfast.limits import FORK_RETIRE_DELAY, FORK_RETIRE_SPACING
 
 __all__ = ["BUSY", "IDLE", "EXITING", "STATUS_BUSY", "STATUS_IDLE", "SLOT_EMPTY",
-           "SLOT_UNREPORTED", "PoolChange", "PoolLimits", "child_request_limit",
-           "decide_pool_change", "retire_after_delay", "rss_over_limit"]
+           "SLOT_UNREPORTED", "POOL_STATE_SIZE", "FULL_AT", "NO_GUARD_AT", "NEXT_LOOK",
+           "NEXT_LOOK_AT", "PARENT_SAMPLE", "BUSY_SPAN", "PoolChange", "PoolLimits",
+           "child_request_limit", "decide_pool_change", "retire_after_delay", "rss_over_limit"]
 
 # Status bytes a child sends its parent (flup preforkserver.py:414, :426). They are bytes: flup
 # compared them with str, so every child looked idle and the pool never grew (prefork-pool-growth).
@@ -38,6 +40,26 @@ REAP_POLL = 0.05
 # a dip back between them goes unseen and a count swinging around max_spare looks like a
 # lasting excess.
 EXCESS_CHECK = 0.05
+
+# The parent's word to its children, in memory they share (POOL_STATE_SIZE bytes): byte 0 is 1
+# while the pool has max_children (no spawn can help), byte 1 is 1 when the parent has no
+# overload guard (an exhausted pool is nothing to act on), bytes 8-15 when the parent will next
+# look at the scoreboard (time.monotonic(), a native double).
+POOL_STATE_SIZE = 16
+FULL_AT = 0
+NO_GUARD_AT = 1
+NEXT_LOOK = struct.Struct("d")  # at NEXT_LOOK_AT
+NEXT_LOOK_AT = 8
+# Once a look finds the pool exhausted, the parent looks this often for BUSY_SPAN seconds, and
+# a child that leaves none idle wakes it only if its next look is further off: the overload
+# guard's clock restarts when a look finds a child free, and its looks are these samples. In
+# the same way, for BUSY_SPAN after a look found an excess of idle children, it looks every
+# EXCESS_CHECK, and a child going idle past max_spare wakes it only if its next look is further
+# off (the retirement waits FORK_RETIRE_DELAY anyway). A wake-up per crossing (nearly one per
+# request while the idle count swings around a line: 16 clients on 8 children) cost the parent
+# more CPU per request than a tenth of a child's.
+PARENT_SAMPLE = 0.01
+BUSY_SPAN = 1.0
 
 # -- the pool policy: a pure function ---------------------------------------------------------
 
