@@ -352,3 +352,45 @@ def test_a_request_timeout_report_is_logged_less_its_final_newline(caplog):
         'Timeout Exceeded',
         '  File "app.py", line 3, in app\n    wait(TIMEOUT_MAX)\n    n = MAX']
 
+
+
+def _fields(conn):
+    """What a constructor set: each attribute's name, in order, and the kind of its value
+    (a lock, a list, a parser... compared by type; plain values by value)."""
+    plain = (type(None), bool, int, float, str, tuple)
+    return [(name, value if isinstance(value, plain) else type(value).__name__)
+            for name, value in vars(conn).items()]
+
+
+@pytest.mark.parametrize('kind', ['scgi', 'uwsgi', 'ajp', 'fcgi', 'fcgi-no-config'])
+def test_both_constructor_twins_build_the_same_connection(kind):
+    """With the compiled backend a connection class's __init__ is its compiled twin itself
+    (_impl.method_twin): it must set what the pure one sets, in the same order."""
+    from tests.conftest import COMPILED, PURE
+    if COMPILED is None:
+        pytest.skip('flupfast._speedups is not built')
+    from flupfast.ajp_connection import AJPConnection
+    from flupfast.fastcgi_connection import FastCGIConnection
+    from flupfast.scgi_connection import SCGIConnection
+    from flupfast.server.fcgi import WSGIServer
+    from flupfast.uwsgi_connection import UWSGIConnection
+    server = WSGIServer(lambda environ, start_response: [])
+    a, b = socket.socketpair()
+    with a, b:
+        built = []
+        for twins in (PURE, COMPILED):
+            if kind.startswith('fcgi'):
+                conn = FastCGIConnection.__new__(FastCGIConnection)
+                config = None if kind == 'fcgi-no-config' else server._connectionConfig()
+                twins.init_fastcgi_connection(conn, a, '', server, 5.0, config)
+            else:
+                cls = {'scgi': SCGIConnection, 'uwsgi': UWSGIConnection,
+                       'ajp': AJPConnection}[kind]
+                conn = cls.__new__(cls)
+                twins.init_logged_connection(conn, a, ('10.0.0.1', 80), server, 5.0,
+                                             'ajp-wsgi' if kind == 'ajp' else None)
+            built.append(_fields(conn))
+            if not kind.startswith('fcgi'):
+                assert conn.logger is logging.getLogger(conn.logger_name if kind != 'ajp'
+                                                        else 'ajp-wsgi')
+        assert built[0] == built[1]
