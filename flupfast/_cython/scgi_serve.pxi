@@ -178,11 +178,28 @@ cdef _ClassPlan _server_plan = _ClassPlan()
 cdef _ClassPlan _request_plan = _ClassPlan()
 
 
+cdef extern from "pythread.h":
+    unsigned long PyThread_get_thread_ident() nogil
+
+# The last thread to ask and its pair: a prefork child, or a thread serving a kept connection,
+# asks again and again, and a threading.local attribute costs as much as a small Python call.
+cdef unsigned long _buffer_thread = 0
+cdef tuple _buffer_pair = None
+
+
 cdef inline tuple _thread_buffer():
     """sockio.receive_buffer(): this thread's (buffer, memoryview), without its Python call
     once the thread has one."""
+    global _buffer_thread, _buffer_pair
+    cdef unsigned long me = PyThread_get_thread_ident()
+    if me == _buffer_thread and _buffer_pair is not None:
+        return _buffer_pair
     pair = getattr(_thread_state, 'recv', None)
-    return <tuple>(_receive_buffer() if pair is None else pair)
+    if pair is None:
+        pair = _receive_buffer()
+    _buffer_pair = <tuple>pair
+    _buffer_thread = me
+    return _buffer_pair
 
 
 cdef object _receive(conn, Py_ssize_t limit):
@@ -521,7 +538,7 @@ cdef _serve(conn, int flags):
         else:
             request_class(conn, environ, stdin, output).run()
     if not conn.closed:
-        output.flush()
+        output._send([], False)  # flush(), without the method call
     conn.served = 1
 
 
