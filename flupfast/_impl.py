@@ -88,6 +88,7 @@ TWINS = (
     ("epoll_arm", "epoll_arm", "flupfast.sockio", "epoll_arm"),
     ("epoll_ready_now", "epoll_ready_now", "flupfast.sockio", "epoll_ready_now"),
     ("serve_child", "serve_child", "flupfast.serving.prefork.child", "serve_child"),
+    ("ChildJobs", "ChildJobs", "flupfast.serving.prefork.child", "ChildJobs"),
     ("Leader", "Leader", "flupfast.serving.leader", "Leader"),
     ("build_environ", "build_environ", "flupfast.gateway", "build_environ"),
     ("sanitize_cgi_environ", "sanitize_cgi_environ", "flupfast.gateway", "sanitize_cgi_environ"),
@@ -107,7 +108,7 @@ TWINS = (
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
 # importing a codec must not load; the SCGI and FastCGI connections import this module (and
 # ops.proctitle, whose WorkerTitle is a twin).
-LAZY = frozenset({"serve_child", "Leader", "serve_scgi", "run_scgi", "run_fcgi", "WorkerTitle",
+LAZY = frozenset({"serve_child", "ChildJobs", "Leader", "serve_scgi", "run_scgi", "run_fcgi", "WorkerTitle",
                   "init_logged_connection", "init_fastcgi_connection"})
 
 

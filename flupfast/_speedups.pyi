@@ -135,6 +135,12 @@ def init_fastcgi_connection(
     config: Any = ...,
 ) -> None: ...
 
+class ChildJobs:
+    new_job: Callable[..., Any]
+    drain: Any
+    def __init__(self, new_job: Callable[..., Any], drain: Any) -> None: ...
+    def __call__(self, client: socket.socket, addr: Any, *args: Any) -> Any: ...
+
 class WorkerTitle:
     busy: str
     idle: str

@@ -356,3 +356,29 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
         c_close(epfd)
         c_close(out_epfd)
         _release_board(&cboard, &board_view, &state_view)
+
+
+cdef class ChildJobs:
+    """serve_child's job factory in a prefork child (see the pure twin in
+    serving/prefork/child.py)."""
+
+    cdef readonly object new_job
+    cdef readonly object drain
+    cdef object _may_keep
+    cdef object _on_idle
+
+    def __init__(self, new_job, drain):
+        self.new_job = new_job
+        self.drain = drain
+        self._may_keep = drain.may_keep
+        self._on_idle = drain.on_idle
+
+    def __call__(self, client, addr, *args):
+        job = self.new_job(client, addr, *args)
+        drain = self.drain
+        drain.job = job
+        drain.client = client
+        job.may_keep = self._may_keep
+        if drain.draining:
+            job.on_idle = self._on_idle
+        return job

@@ -118,14 +118,15 @@ def test_a_child_keeps_its_connection_unless_a_connection_waits_for_a_busy_pool(
     assert not drain.may_keep(job)
 
 
-def test_a_childs_jobs_get_its_answers():
+def test_a_childs_jobs_get_its_answers(backend):
     """``may_keep`` always; ``on_idle`` once draining: the signal gives it to the job of the
     moment, and the jobs made after it get it too. Until then a job keeps the contract's
-    default (which the compiled connections answer without a call)."""
+    default (which the compiled connections answer without a call). Both twins of the
+    child's job factory (ChildJobs)."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
         drain = ChildDrain()
-        make_job = drain.wrap(lambda client, addr: Served(1))
+        make_job = backend.ChildJobs(lambda client, addr: Served(1), drain)
         job = make_job(theirs, None)
         assert job.may_keep == drain.may_keep and job.on_idle is Job.on_idle
         assert drain.job is job and drain.client is theirs

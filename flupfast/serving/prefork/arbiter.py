@@ -424,7 +424,7 @@ class PreforkMode(JobSource, LoopControl):
         drain = ChildDrain(self._child_board, sock)
         if DRAIN_SIGNAL is not None:
             signal.signal(DRAIN_SIGNAL, drain.on_signal)
-        job_class = drain.wrap(self.new_job)
+        job_class = _impl.ChildJobs(self.new_job, drain)
         if self.max_memory:
             job_class = MemoryWatch(self.max_memory).wrap(job_class)
         # random was seeded afresh in this child (_become_child): each draws its own jitter.

@@ -20,7 +20,7 @@ from flupfast.serving.prefork.policy import (
     STATUS_BUSY, STATUS_IDLE)
 
 __all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "STATUS_BUSY",
-           "STATUS_IDLE", "ChildBoard", "ChildDrain", "end_for_request_timeout", "notify_parent",
+           "STATUS_IDLE", "ChildBoard", "ChildDrain", "ChildJobs", "end_for_request_timeout", "notify_parent",
            "serve_child"]
 
 logger = logging.getLogger("flupfast")
@@ -243,22 +243,6 @@ class ChildDrain:
         self._board = board              # a ChildBoard: the siblings' states
         self._listen_sock = listen_sock  # where a connection waits for a child
 
-    def wrap(self, new_job):
-        """A job factory for serve_child: ``new_job``'s jobs, remembered and given
-        ``may_keep``; and ``on_idle`` once draining (the signal gives it to the job of the
-        moment): until then a job keeps the contract's default, which the compiled
-        connections answer without a call."""
-        may_keep, on_idle = self.may_keep, self.on_idle  # bound once, not per job
-
-        def make_job(client, addr, *args):
-            job = new_job(client, addr, *args)
-            self.job, self.client = job, client
-            job.may_keep = may_keep
-            if self.draining:
-                job.on_idle = on_idle
-            return job
-        return make_job
-
     def on_idle(self, job, parkable):
         """Once draining, a persistent connection ends between requests; a new one serves
         its first request."""
@@ -282,3 +266,27 @@ class ChildDrain:
             job.on_idle = self.on_idle
         if job is not None and job.idle:
             shutdown_quietly(self.client, socket.SHUT_RD)  # its blocked read ends at once
+
+
+class ChildJobs:
+    """serve_child's job factory in a prefork child: ``new_job``'s jobs, each made the drain's
+    job of the moment (``drain``: a ChildDrain) and given its ``may_keep``; and its
+    ``on_idle`` once draining (the signal gives it to the job of the moment): until then a job
+    keeps the contract's default, which the compiled connections answer without a call.
+    Compiled twin: _cython/prefork.pxi (no Python frame per connection)."""
+
+    __slots__ = ("new_job", "drain", "_may_keep", "_on_idle")
+
+    def __init__(self, new_job, drain):
+        self.new_job = new_job
+        self.drain = drain
+        self._may_keep, self._on_idle = drain.may_keep, drain.on_idle  # bound once
+
+    def __call__(self, client, addr, *args):
+        job = self.new_job(client, addr, *args)
+        drain = self.drain
+        drain.job, drain.client = job, client
+        job.may_keep = self._may_keep
+        if drain.draining:
+            job.on_idle = self._on_idle
+        return job
