@@ -50,6 +50,17 @@ def process_tree(root):
     return out
 
 
+def user_system_ticks(pid):
+    """(utime, stime) of ``pid`` in clock ticks (its own, not its reaped children's), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(")") + 2:].split()
+    return int(fields[11]), int(fields[12])
+
+
 def tree_cpu_seconds(pids):
     tick = os.sysconf("SC_CLK_TCK")
     return sum((proc_stat(p) or (0, 0, 0))[1] for p in pids) / tick

@@ -60,8 +60,9 @@ def _ours(front):
     return lambda r: r["peer"].startswith("flupfast") and r["front"] == front
 
 
-def _ours_uwsgi(r):
-    return r["peer"].startswith("flupfast-uwsgi") and r["front"] == "nginx"
+def _ours_on(protocol):
+    """flupfast's rows behind nginx on one protocol (its modes and settings)."""
+    return lambda r: r["peer"].startswith("flupfast-%s-" % protocol) and r["front"] == "nginx"
 
 
 def _theirs(fronts, prefix):
@@ -74,10 +75,14 @@ PICKS = (
     ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
     ("nginx", "echo71k", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
     ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "uwsgi-http"), "uWSGI --http-socket"),
-    ("nginx uwsgi_pass", "hello", _ours_uwsgi, _theirs(NGINX, "gunicorn-uwsgi"),
+    ("nginx uwsgi_pass", "hello", _ours_on("uwsgi"), _theirs(NGINX, "gunicorn-uwsgi"),
      "gunicorn --protocol uwsgi"),
-    ("nginx uwsgi_pass", "hello", _ours_uwsgi, _theirs(NGINX, "uwsgi-uwsgi"),
+    ("nginx uwsgi_pass", "hello", _ours_on("uwsgi"), _theirs(NGINX, "uwsgi-uwsgi"),
      "uWSGI --uwsgi-socket"),
+    ("nginx fastcgi_pass", "hello", _ours_on("fcgi"), _theirs(NGINX, "uwsgi-fcgi"),
+     "uWSGI --fastcgi-socket"),
+    ("nginx scgi_pass", "hello", _ours_on("scgi"), _theirs(NGINX, "uwsgi-scgi"),
+     "uWSGI --scgi-socket"),
     ("Apache", "hello", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
     ("Apache", "echo71k", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
     ("Apache", "c1", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),

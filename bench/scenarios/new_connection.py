@@ -3,10 +3,13 @@
 compiled vs uWSGI, thread and fork mode, FastCGI, SCGI and uwsgi. Only noise-free counts: callgrind
 instructions per request (a life of N requests and one of 2N, every process counted),
 strace calls per request, voluntary context switches per request, and one strace transcript
-of a few requests. Findings: bench/profile-new-connection.md.
+of a few requests; and one that is not (the cpu16 part: CPU time per request of the first
+process and of the rest, to see what a prefork parent costs). Findings:
+bench/profile-new-connection.md.
 
     python -m bench.scenarios.new_connection [--only fcgi-thread,...] [--kinds compiled,uwsgi]
-        [--parts callgrind,syscalls,syscalls16,perf16,transcript,window,tail] [-n 300] [--keep-dir DIR]
+        [--parts callgrind,syscalls,syscalls16,perf16,cpu16,transcript,window,tail] [-n 300]
+        [--keep-dir DIR]
 """
 import argparse
 import json
@@ -24,7 +27,7 @@ from bench.drivers.fcgi_load import LoadClient
 from bench.drivers.perf_count import count_events
 from bench.drivers.strace import count_syscalls
 from bench.drivers.strace_tail import analyse
-from bench.procs import tree_ctxt_switches
+from bench.procs import process_tree, tree_ctxt_switches, user_system_ticks
 from bench.servers.server import Server
 from bench.servers.uwsgi import UWSGIServer, find_uwsgi
 
@@ -201,6 +204,38 @@ def perf_counts(kind, mode, proto, client, workdir, n=3000, conns=16):
         srv.stop()
 
 
+def cpu_split(kind, mode, proto, client, workdir, seconds=4.0, conns=16):
+    """CPU time per request (microseconds, user and system) of the server's first process and
+    of the rest (prefork children, uWSGI's workers), ``conns`` new connections at once for
+    ``seconds`` (the cpu16 part): what the prefork parent costs, which callgrind's fork rows
+    leave out. Children that exit meanwhile take their time with them."""
+    srv = make_server(kind, mode, proto, workdir)
+    try:
+        if not srv.start(client):
+            return {"error": "did not start: %s" % srv.error}
+        client.run(srv.address, "hello", conns=conns, keep=False, duration=1.0, proto=proto)
+        time.sleep(0.5)
+        root = srv.proc.pid
+        before = {pid: user_system_ticks(pid) for pid in process_tree(root)}
+        res = client.run(srv.address, "hello", conns=conns, keep=False, duration=seconds,
+                         proto=proto)
+        after = {pid: user_system_ticks(pid) for pid in process_tree(root)}
+    finally:
+        srv.stop()
+    done = res.get("requests") or 0
+    if not done:
+        return {"error": "no request answered: %s" % res.get("error")}
+    scale = 1e6 / os.sysconf("SC_CLK_TCK") / done
+
+    def spent(pids, which):
+        return round(sum(after[p][which] - (before.get(p) or (0, 0))[which]
+                         for p in pids if after.get(p)) * scale, 2)
+    rest = [pid for pid in after if pid != root]
+    return {"requests_per_s": round(done / seconds), "first_user_us": spent([root], 0),
+            "first_system_us": spent([root], 1), "rest_user_us": spent(rest, 0),
+            "rest_system_us": spent(rest, 1)}
+
+
 def transcript(kind, mode, proto, client, workdir, out_path, n=3):
     """``strace -f -tt -T`` of ``n`` requests (after a warm-up) into ``out_path``."""
     srv = make_server(kind, mode, proto, workdir)
@@ -282,6 +317,8 @@ def main(argv=None):
             "futex_per_request", "gil_timeouts_per_request", "error")})
         _save(args.out, results)
     for group in filter(None, args.only.split(",")):
+        if group not in GROUPS:
+            ap.error("unknown group %r (one of %s)" % (group, ", ".join(GROUPS)))
         proto, mode = group.split("-")
         for kind in args.kinds.split(","):
             key = "%s/%s" % (group, kind)
@@ -306,6 +343,10 @@ def main(argv=None):
                 log("perf stat %s, 16 connections at once" % key)
                 row["perf16"] = perf_counts(kind, mode, proto, client, workdir)
                 log("    %s" % row["perf16"])
+            if "cpu16" in parts:
+                log("CPU per request by process %s, 16 connections at once" % key)
+                row["cpu16"] = cpu_split(kind, mode, proto, client, workdir)
+                log("    %s" % row["cpu16"])
             if "transcript" in parts:
                 path = os.path.join(workdir, "strace-%s-%s-%s.txt" % (kind, mode, proto))
                 row["transcript"] = transcript(kind, mode, proto, client, workdir, path)

@@ -31,6 +31,8 @@ HELLO_ROWS = (
     ("nginx", "uwsgi-http"), ("nginx-keepalive", "uwsgi-http"),
     ("nginx", "flupfast-uwsgi-fork"), ("nginx", "flupfast-uwsgi-thread"),
     ("nginx", "gunicorn-uwsgi"), ("nginx", "uwsgi-uwsgi"),
+    # uWSGI at its best on the other two protocols nginx passes to a backend
+    ("nginx", "uwsgi-fcgi"), ("nginx", "flupfast-scgi-fork"), ("nginx", "uwsgi-scgi"),
     ("apache", "flupfast-fcgi-fork"), ("apache", "flupfast-fcgi-thread"),
     ("apache", "flup-fcgi-fork"), ("apache", "modwsgi"),
     ("apache", "gunicorn-sync"), ("apache", "gunicorn-gthread"),

@@ -326,6 +326,22 @@ def test_pick_instead_compares_bests_behind_the_same_front():
     assert picks["Apache", "hello", "mod_wsgi daemon"]["flupfast"] == "n/a"
 
 
+def test_pick_instead_compares_each_protocol_with_uwsgi_on_it():
+    """Behind nginx, flupfast's best on a protocol (any mode) against uWSGI's socket of that
+    protocol: FastCGI, SCGI and uwsgi each."""
+    rows = [_row("nginx", "flupfast-fcgi-fork", hello={"rps": 30000.0}),
+            _row("nginx", "flupfast-fcgi-thread", hello={"rps": 33000.0}),
+            _row("nginx", "flupfast-scgi-fork", hello={"rps": 20000.0}),
+            _row("nginx", "flupfast-uwsgi-fork", hello={"rps": 36000.0}),
+            _row("nginx", "uwsgi-fcgi", "processes=4", hello={"rps": 30000.0}),
+            _row("nginx", "uwsgi-scgi", "processes=2", hello={"rps": 25000.0}),
+            _row("nginx", "uwsgi-uwsgi", "processes=4", hello={"rps": 40000.0})]
+    picks = {(p["behind"], p["peer"]): p["ratio"] for p in report.pick_instead(rows)}
+    assert picks["nginx fastcgi_pass", "uWSGI --fastcgi-socket"] == pytest.approx(1.1)
+    assert picks["nginx scgi_pass", "uWSGI --scgi-socket"] == pytest.approx(0.8)
+    assert picks["nginx uwsgi_pass", "uWSGI --uwsgi-socket"] == pytest.approx(0.9)
+
+
 def test_cells_show_settings_problems_and_reasons():
     assert report.cell(ROWS[2], "hello") == "8000 [workers=8]"
     assert report.cell(ROWS[6], "hello") == "1 (3 errors) [processes=2 threads=8]"
