@@ -23,14 +23,22 @@ def proc_status(pid):
     return values
 
 
-def proc_stat(pid):
-    """(ppid, utime+stime+cutime+cstime in clock ticks, starttime) or None."""
+def _stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name (which may hold spaces and
+    parentheses: flupfast's process titles do), from ``state`` on; None if it is gone."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rfind(")") + 2:].split()
+    return data[data.rfind(")") + 2:].split()
+
+
+def proc_stat(pid):
+    """(ppid, utime+stime+cutime+cstime in clock ticks, starttime) or None."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
     return int(fields[1]), sum(int(x) for x in fields[11:15]), int(fields[19])
 
 
@@ -52,13 +60,8 @@ def process_tree(root):
 
 def user_system_ticks(pid):
     """(utime, stime) of ``pid`` in clock ticks (its own, not its reaped children's), or None."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(")") + 2:].split()
-    return int(fields[11]), int(fields[12])
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[11]), int(fields[12]))
 
 
 def tree_cpu_seconds(pids):

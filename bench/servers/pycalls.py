@@ -3,8 +3,9 @@
 Python function call and every C function called from Python (``sys.setprofile`` in every
 thread) and, at each SIGUSR2, appends a snapshot {function: calls} as one JSON line to OUT, so
 that the difference of two snapshots / the requests between them is the calls per request
-(callgrind sees Python only as the interpreter's own functions). Thread and single mode only:
-a forked child inherits the counts but never writes them. Slow: never time it.
+(callgrind sees Python only as the interpreter's own functions). In fork mode send SIGUSR2 to
+a child (a pool of one: ``--min-spare 1 --max-spare 1 --max-children 1``): it inherited the
+handler and the counts, and writes its own snapshot. Slow: never time it.
 
 With ``--opcodes`` before ``--`` it counts the bytecodes each Python function executes instead
 (``sys.settrace`` with opcode events): where the eval loop's own time goes, per function.
