@@ -108,8 +108,8 @@ TWINS = (
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
 # importing a codec must not load; the SCGI and FastCGI connections import this module (and
 # ops.proctitle, whose WorkerTitle is a twin).
-LAZY = frozenset({"serve_child", "ChildJobs", "Leader", "serve_scgi", "run_scgi", "run_fcgi", "WorkerTitle",
-                  "init_logged_connection", "init_fastcgi_connection"})
+LAZY = frozenset({"serve_child", "ChildJobs", "Leader", "serve_scgi", "run_scgi", "run_fcgi",
+                  "WorkerTitle", "init_logged_connection", "init_fastcgi_connection"})
 
 
 def runs_compiled(kind):

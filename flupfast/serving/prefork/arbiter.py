@@ -431,8 +431,8 @@ class PreforkMode(JobSource, LoopControl):
         max_requests = child_request_limit(self.max_requests, self.max_requests_jitter,
                                            random.randint)
         _impl.serve_child(sock, parent_sock, job_class, self.job_args,
-                          self.is_client_allowed if check_peers else None, max_requests, self.sock_timeout or None,
-                          self._child_board)
+                          self.is_client_allowed if check_peers else None, max_requests,
+                          self.sock_timeout or None, self._child_board)
 
     # -- shutdown ------------------------------------------------------------------------------
 

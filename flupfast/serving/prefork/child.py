@@ -20,8 +20,8 @@ from flupfast.serving.prefork.policy import (
     STATUS_BUSY, STATUS_IDLE)
 
 __all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "STATUS_BUSY",
-           "STATUS_IDLE", "ChildBoard", "ChildDrain", "ChildJobs", "end_for_request_timeout", "notify_parent",
-           "serve_child"]
+           "STATUS_IDLE", "ChildBoard", "ChildDrain", "ChildJobs", "end_for_request_timeout",
+           "notify_parent", "serve_child"]
 
 logger = logging.getLogger("flupfast")
 
@@ -71,7 +71,7 @@ class ChildBoard:
     """A child's place on the scoreboard: the shared ``buffer`` (an anonymous shared mmap),
     its ``slot``, and the pool limits that say when the parent must be woken; ``pool_state``,
     the parent's word in shared memory (policy.POOL_STATE_SIZE bytes: whether the pool is
-    full, what its overload guard needs, when the parent last looked; None: unknown; a
+    full, whether there is an overload guard, when the parent looks next; None: unknown; a
     shorter buffer holds the full byte alone)."""
     __slots__ = ("buffer", "slot", "min_spare", "max_spare", "pool_state")
 

@@ -57,7 +57,8 @@ NEXT_LOOK_AT = 8
 # EXCESS_CHECK, and a child going idle past max_spare wakes it only if its next look is further
 # off (the retirement waits FORK_RETIRE_DELAY anyway). A wake-up per crossing (nearly one per
 # request while the idle count swings around a line: 16 clients on 8 children) cost the parent
-# more CPU per request than a tenth of a child's.
+# 1.0-1.5 us of CPU per request, about a twentieth of the whole (bench/profile-new-connection.md
+# section 13).
 PARENT_SAMPLE = 0.01
 BUSY_SPAN = 1.0
 
