@@ -94,6 +94,14 @@ cdef object _accept_built(int listen_fd, socket_class, bint direct, family, type
             return None
         import os
         raise OSError(err, os.strerror(err))
+    return _accepted(fd, socket_class, direct, family, type_, proto, unix)
+
+
+cdef object _accepted(int fd, socket_class, bint direct, family, type_, proto, bint unix):
+    """The accepted ``fd`` as socket.accept() gives it: (client, addr), the address '' for an
+    unnamed AF_UNIX peer, a TCP peer's as getpeername() gives it (the allow-list checks it);
+    None when the peer reset before its address was read: nothing to take (the pure twins'
+    accept() gives the address with the connection, and the job finds it reset)."""
     try:
         client = _new_socket(socket_class, direct, family, type_, proto, fd)
     except BaseException:
@@ -103,7 +111,7 @@ cdef object _accept_built(int listen_fd, socket_class, bint direct, family, type
         return client, ''
     try:
         return client, client.getpeername()
-    except OSError:  # reset before we asked
+    except OSError:
         client.close()
         return None
 
@@ -250,15 +258,9 @@ cdef class Leader:
                 raise OSError(err, os.strerror(err))
             if fd < 0:
                 return None
-            try:
-                client = _new_socket(self._socket_class, self._build_socket, self._family,
-                                     self._type, self._proto, fd)
-            except BaseException:
-                c_close(fd)
-                raise
-            # Python's accept() gives '' for an unnamed AF_UNIX peer; a TCP peer's address
-            # (what the allow-list checks) in the format accept() gives.
-            return client, ('' if self._unix else client.getpeername())
+            # None (the peer reset before its address was read) sends the worker round again.
+            return _accepted(fd, self._socket_class, self._build_socket, self._family,
+                             self._type, self._proto, self._unix)
         finally:
             if not shared:
                 self._free.append(epfd)

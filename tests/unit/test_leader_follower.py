@@ -54,6 +54,37 @@ def _led_once(leader, address, family=socket.AF_UNIX):
         leader.close()
 
 
+def test_a_tcp_peer_gone_before_its_address_is_nothing_to_take(backend, monkeypatch):
+    """The compiled leader reads a TCP peer's address with getpeername(): a peer that reset
+    first is nothing to take (None: the worker leads again; the socket closed), as in the
+    prefork child, not an "accept() failed" with a pause. The pure twin's accept() has the
+    address already and gives the connection."""
+    listener = socket.socket(socket.AF_INET)
+    listener.bind(('127.0.0.1', 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    with listener:
+        leader = backend.Leader(listener)
+
+        def gone(sock):
+            raise OSError(107, 'Transport endpoint is not connected')
+        monkeypatch.setattr(socket.socket, 'getpeername', gone)
+        peer = _connect(listener.getsockname(), socket.AF_INET)
+        try:
+            accepted = leader.lead()
+            monkeypatch.undo()
+            if backend.name == 'cy':
+                assert accepted is None
+                assert peer.recv(1) == b''  # closed, not left open
+            else:
+                client, addr = accepted
+                with client:
+                    assert addr == peer.getsockname()
+        finally:
+            peer.close()
+            leader.close()
+
+
 def _lead_in_thread(leader, out):
     thread = threading.Thread(target=lambda: out.append(leader.lead()), daemon=True)
     thread.start()
