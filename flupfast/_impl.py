@@ -99,17 +99,13 @@ TWINS = (
     ("run_fcgi", "run_fcgi", "flupfast.fastcgi_connection", "run"),
     ("uwsgi_url_scheme", "uwsgi_url_scheme", "flupfast.protocols.uwsgi", "url_scheme"),
     ("WorkerTitle", "WorkerTitle", "flupfast.ops.proctitle", "WorkerTitle"),
-    ("init_logged_connection", "init_logged_connection", "flupfast.connection",
-     "init_logged_connection"),
-    ("init_fastcgi_connection", "init_fastcgi_connection", "flupfast.fastcgi_connection",
-     "init_fastcgi_connection"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
 # importing a codec must not load; the SCGI and FastCGI connections import this module (and
 # ops.proctitle, whose WorkerTitle is a twin).
 LAZY = frozenset({"serve_child", "ChildJobs", "Leader", "serve_scgi", "run_scgi", "run_fcgi",
-                  "WorkerTitle", "init_logged_connection", "init_fastcgi_connection"})
+                  "WorkerTitle"})
 
 
 def runs_compiled(kind):
@@ -123,17 +119,6 @@ def runs_compiled(kind):
             _speedups.OWN_METHODS[kind] = method
         return method
     return mark
-
-
-def method_twin(name, pure):
-    """A method whose twin is the method itself: ``pure`` (the function being defined, a
-    name of TWINS) or, with the compiled backend, its compiled twin, bound to the class at
-    its definition (no Python frame per call). Only for code that does the same whichever
-    twin runs (a constructor: tests compare what each sets), since a test's switch of
-    backend (monkeypatching this module) does not reach it."""
-    if _speedups is None:
-        return pure
-    return getattr(_speedups, name)
 
 
 def pure_twin(name):

@@ -117,24 +117,6 @@ def build_environ(
 
 def sanitize_cgi_environ(environ: Dict[str, Any], server_name: str) -> None: ...
 
-def init_logged_connection(
-    self: Any,
-    sock: socket.socket,
-    addr: Any,
-    server: Any,
-    timeout: Optional[float] = ...,
-    logger_name: Optional[str] = ...,
-) -> None: ...
-
-def init_fastcgi_connection(
-    self: Any,
-    sock: socket.socket,
-    addr: Any,
-    server: Any,
-    timeout: Optional[float] = ...,
-    config: Any = ...,
-) -> None: ...
-
 class ChildJobs:
     new_job: Callable[..., Any]
     drain: Any

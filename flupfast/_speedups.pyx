@@ -6,9 +6,9 @@
 
 Each public name here has a pure-Python twin with the same name, signature, results and errors
 (protocols/fastcgi.py, protocols/scgi.py, protocols/uwsgi.py, protocols/ajp.py, body.py,
-scgi_body.py, output.py, sockio.py, gateway.py, ops/proctitle.py, connection.py,
-scgi_connection.py, fastcgi_connection.py, serving/prefork/child.py, serving/leader.py; the
-list is _impl.TWINS); only flupfast._impl picks between them, and tests run both.
+scgi_body.py, output.py, sockio.py, gateway.py, ops/proctitle.py, scgi_connection.py,
+fastcgi_connection.py, serving/prefork/child.py, serving/leader.py; the list is _impl.TWINS);
+only flupfast._impl picks between them, and tests run both.
 Errors and constants are imported from the pure modules, never redefined.
 """
 # cdivision: the only divisions are of non-negative sizes by positive ones.
@@ -51,6 +51,5 @@ include "_cython/output.pxi"
 include "_cython/sockio.pxi"
 include "_cython/gateway.pxi"
 include "_cython/proctitle.pxi"
-include "_cython/connection.pxi"
 include "_cython/scgi_serve.pxi"
 include "_cython/fastcgi_serve.pxi"

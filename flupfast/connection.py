@@ -165,22 +165,6 @@ class Connection(Job):
         raise NotImplementedError
 
 
-def init_logged_connection(self, sock, addr, server, timeout=None, logger_name=None):
-    """LoggedConnection.__init__: Connection's fields, the server, the request timeout, the
-    protocol's logger (the class's ``logger_name``, or given), nothing served. Its compiled
-    twin (_cython/connection.pxi) is the method itself with that backend: no Python frame."""
-    Connection.__init__(self, sock, addr)
-    self.server = server
-    self._timeout = timeout
-    if logger_name is None:
-        logger_name = self.logger_name
-    logger = _loggers.get(logger_name)
-    if logger is None:
-        logger = _loggers[logger_name] = logging.getLogger(logger_name)
-    self.logger = logger
-    self.served = 0
-
-
 class LoggedConnection(Connection):
     """The connection loop of flup's SCGI and AJP servers (``scgi_base``/``ajp_base``
     ``Connection.run``): their logger's messages around the protocol's ``_serve``, a protocol
@@ -190,7 +174,17 @@ class LoggedConnection(Connection):
 
     logger_name = None  # the protocol's logger: a class attribute, or given
 
-    __init__ = _impl.method_twin('init_logged_connection', init_logged_connection)
+    def __init__(self, sock, addr, server, timeout=None, logger_name=None):
+        super().__init__(sock, addr)
+        self.server = server
+        self._timeout = timeout
+        if logger_name is None:
+            logger_name = self.logger_name
+        logger = _loggers.get(logger_name)
+        if logger is None:
+            logger = _loggers[logger_name] = logging.getLogger(logger_name)
+        self.logger = logger
+        self.served = 0
 
     def _timed_out(self, message):
         """``request_deadline``'s report: flup logs "Timeout Exceeded" and the stack."""
@@ -226,4 +220,3 @@ class LoggedConnection(Connection):
 
     def _finish(self):
         self.close()
-

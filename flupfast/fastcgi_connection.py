@@ -126,34 +126,6 @@ class FastCGIConfig:
         self.capability = {} if capability is None else capability
 
 
-def init_fastcgi_connection(self, sock, addr, server, timeout=None, config=None):
-    """FastCGIConnection.__init__: Connection's fields, the server, the request timeout, the
-    server's connection settings (``config``; None: asked of the server, as for a flup-style
-    jobArgs or a test), a parser and no request yet. Its compiled twin
-    (_cython/connection.pxi) is the method itself with that backend: no Python frame."""
-    Connection.__init__(self, sock, addr)
-    self.server = server
-    self.timeout = timeout
-    if config is None:
-        config = server._connectionConfig()
-    self._config = config
-    multiplexed = self.multiplexed
-    if multiplexed is None:
-        multiplexed = self.multiplexed = config.multiplexed
-    self.can_park = not multiplexed
-    self.max_content = config.max_content
-    self._parser = _impl.FastCGIParser()
-    self._events = collections.deque()
-    self._requests = {}
-    # A multiplexed request leaves _requests before its END_REQUEST is sent (the id is free
-    # again at once): the connection's end waits for its threads, not its entries.
-    self._request_threads = []
-    self._eof = False
-    self.max_requests = None  # set by a prefork child: retire after this many
-    self.served = 0
-    self.idle = False
-
-
 class FastCGIConnection(Connection):
     """A FastCGI connection from the web server (spec 3): requests one after another in this
     thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
@@ -163,7 +135,28 @@ class FastCGIConnection(Connection):
 
     multiplexed = None
 
-    __init__ = _impl.method_twin('init_fastcgi_connection', init_fastcgi_connection)
+    def __init__(self, sock, addr, server, timeout=None, config=None):
+        super().__init__(sock, addr)
+        self.server = server
+        self.timeout = timeout
+        if config is None:  # built outside the server's run() (a flup-style jobArgs, a test)
+            config = server._connectionConfig()
+        self._config = config
+        multiplexed = self.multiplexed
+        if multiplexed is None:
+            multiplexed = self.multiplexed = config.multiplexed
+        self.can_park = not multiplexed
+        self.max_content = config.max_content
+        self._parser = _impl.FastCGIParser()
+        self._events = collections.deque()
+        self._requests = {}
+        # A multiplexed request leaves _requests before its END_REQUEST is sent (the id is
+        # free again at once): the connection's end waits for its threads, not its entries.
+        self._request_threads = []
+        self._eof = False
+        self.max_requests = None  # set by a prefork child: retire after this many
+        self.served = 0
+        self.idle = False
 
     # -- reading -----------------------------------------------------------------------------
 
