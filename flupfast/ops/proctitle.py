@@ -54,7 +54,8 @@ class WorkerTitle:
     """A request observer (flupfast.gateway.set_observer) for a process serving one request
     at a time: ``busy METHOD URI`` while it runs, ``idle`` after, through ``set_title``.
     setproctitle writes the title into the process's argv memory (and the 15-byte kernel
-    name with one prctl). Compiled twin: _cython/proctitle.pxi."""
+    name with one prctl). Compiled twin: _cython/proctitle.pxi, which writes that memory
+    itself once setproctitle has shown where it is (no syscall per title)."""
 
     def __init__(self, number, app_name, set_title):
         prefix = 'flupfast: worker %d [%s] ' % (number, app_name)
