@@ -54,6 +54,65 @@ cdef object _c_socket_init = _c_socket_base.__init__
 # after _socket's own init (the same in CPython 3.6-3.13).
 _KNOWN_SOCKET_SLOTS = ["__weakref__", "_io_refs", "_closed"]
 
+# _socket's own init of an accepted fd calls getsockname() to check that the fd is a socket:
+# a syscall per connection for what accept4 has just said. Its object's state is four ints
+# and a timeout (Modules/socketmodule.h, PySocketSockObject, the same from CPython 3.6 to
+# 3.13, not in the public headers); where the layout below reads back what _socket itself
+# set on real sockets (_socket_layout_holds, checked once), an accepted fd's socket gets its
+# fd, family, type and protocol written there directly, after _socket's __new__ has set the
+# rest (no fd, blocking, its error handler). Without the check's agreement, or with a
+# default timeout set (init then sets the fd non-blocking), _socket's init runs. What is
+# skipped besides the syscall: the "socket.__new__" audit event, which socket.accept() raises.
+cdef extern from *:
+    """
+    typedef struct {
+        PyObject_HEAD
+        int sock_fd;
+        int sock_family;
+        int sock_type;
+        int sock_proto;
+        void *errorhandler;
+        long long sock_timeout;  /* nanoseconds; negative: blocking, no timeout */
+    } flupfast_socket_state;
+    """
+    ctypedef struct flupfast_socket_state:
+        int sock_fd
+        int sock_family
+        int sock_type
+        int sock_proto
+        long long sock_timeout
+
+cdef int _layout_known = -1  # -1: not checked yet
+
+
+cdef bint _state_is(sock, int fd, family, type_, proto, long long timeout):
+    cdef flupfast_socket_state *state = <flupfast_socket_state *><PyObject *>sock
+    return state.sock_fd == fd and state.sock_family == family and \
+        state.sock_type == type_ and state.sock_proto == proto and \
+        state.sock_timeout == timeout
+
+
+cdef bint _socket_layout_holds():
+    """Whether flupfast_socket_state is _socket's layout here: what _socket set in a new
+    object and in two real sockets (blocking, then with a timeout) reads back through it."""
+    import socket
+    if type(_c_socket_base.__basicsize__) is not int or \
+            _c_socket_base.__basicsize__ < sizeof(flupfast_socket_state):
+        return False
+    fresh = _c_socket_base.__new__(_c_socket_base)
+    one, two = socket.socketpair()
+    try:
+        if not _state_is(fresh, -1, 0, 0, 0, -1000000000):
+            return False
+        if one.gettimeout() is not None or not _state_is(
+                one, one.fileno(), one.family, one.type, one.proto, -1000000000):
+            return False
+        two.settimeout(1.5)
+        return _state_is(two, two.fileno(), two.family, two.type, two.proto, 1500000000)
+    finally:
+        one.close()
+        two.close()
+
 
 cdef bint _can_build_socket(cls):
     """Whether _new_socket may build ``cls`` itself: socket.py's class as this module knows it.
@@ -65,11 +124,24 @@ cdef bint _can_build_socket(cls):
 cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
     """``cls(family, type_, proto, fileno=fd)``; when ``direct``, without socket.py's Python
     ``__init__`` (a frame and its keyword parsing per accepted connection): _socket's own
-    init, then the two attributes socket.py's sets."""
+    state (see flupfast_socket_state), then the two attributes socket.py's init sets."""
+    global _layout_known
+    cdef flupfast_socket_state *state
     if not direct:
         return cls(family, type_, proto, fileno=fd)
+    if _layout_known < 0:
+        _layout_known = _socket_layout_holds()
     sock = cls.__new__(cls)
-    _c_socket_init(sock, family, type_, proto, fd)
+    if _layout_known and _socket_module.getdefaulttimeout() is None:
+        state = <flupfast_socket_state *><PyObject *>sock
+        if state.sock_fd != -1:
+            raise AssertionError('a new socket object holds an fd')
+        state.sock_family = family
+        state.sock_type = type_
+        state.sock_proto = proto
+        state.sock_fd = fd
+    else:
+        _c_socket_init(sock, family, type_, proto, fd)
     sock._io_refs = 0
     sock._closed = False
     return sock

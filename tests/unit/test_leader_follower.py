@@ -119,6 +119,45 @@ def test_lead_accepts_a_blocking_close_on_exec_socket(backend, unix_listener):
         assert "closed" in repr(client)
 
 
+@pytest.mark.parametrize("family", [socket.AF_UNIX, socket.AF_INET])
+@pytest.mark.parametrize("default_timeout", [None, 2.5])
+def test_the_accepted_socket_is_what_socket_accept_gives(backend, tmp_path, monkeypatch,
+                                                          family, default_timeout):
+    """The compiled twin writes an accepted fd's socket state itself (no getsockname per
+    connection); the socket is the one socket.accept() builds, with a default timeout too."""
+    listener = socket.socket(family)
+    listener.bind(str(tmp_path / "l.sock") if family == socket.AF_UNIX else ("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    address = listener.getsockname()
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(default_timeout)
+    try:
+        leader = backend.Leader(listener)
+        with _led_once(leader, address, family) as (client, addr, peer):
+            theirs_peer = _connect(address, family)
+            listener.setblocking(True)
+            theirs, their_addr = listener.accept()
+            with theirs, theirs_peer:
+                def seen(sock):
+                    return (type(sock), sock.family, sock.type, sock.proto, sock.gettimeout(),
+                            sock.getblocking(), os.get_inheritable(sock.fileno()),
+                            sock.getsockname())
+                assert seen(client) == seen(theirs)
+                assert client.gettimeout() == default_timeout
+                assert addr == (peer.getsockname() if family == socket.AF_INET else "")
+                peer.sendall(b"x")
+                assert client.recv(1) == b"x"
+                fd = client.fileno()
+                client.close()
+                assert client.fileno() == -1
+                with pytest.raises(OSError):
+                    os.fstat(fd)
+    finally:
+        socket.setdefaulttimeout(previous)
+        listener.close()
+
+
 def test_lead_builds_a_replaced_socket_class_by_calling_it(backend, unix_listener,
                                                            monkeypatch):
     # A socket class the compiled twin does not know (other slots) is called, not built.
