@@ -51,13 +51,16 @@ class Connection(Job):
     before it waits for a request. AJP13 and non-multiplexed FastCGI connections ``can_park``.
     """
 
+    # Defaults until set: a connection is built per request, and every attribute its
+    # constructor writes costs (the instance's dict).
+    closed = False
+    _out_bytes = 0
+
     def __init__(self, sock, addr):
         self._sock = sock
         self._addr = addr
         self._out = []
-        self._out_bytes = 0
         self._send_lock = threading.Lock()
-        self.closed = False
 
     @_impl.runs_compiled('recv_some')
     def recv_some(self, limit=0):
@@ -184,7 +187,6 @@ class LoggedConnection(Connection):
         if logger is None:
             logger = _loggers[logger_name] = logging.getLogger(logger_name)
         self.logger = logger
-        self.served = 0
 
     def _timed_out(self, message):
         """``request_deadline``'s report: flup logs "Timeout Exceeded" and the stack."""
