@@ -220,6 +220,7 @@ class FastCGIConnection(Connection):
 
     # -- the connection loop -----------------------------------------------------------------
 
+    @_impl.runs_compiled('fcgi:run')
     def run(self):
         """Serve until the web server closes, a request without KEEP_CONN ends, or the
         request budget (``max_requests``) is spent. Returns the number of requests served.

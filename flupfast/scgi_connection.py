@@ -148,6 +148,7 @@ class SCGIConnection(LoggedConnection):
         # Bytes beyond CONTENT_LENGTH are not ours to read: one request per connection.
         return environ, content_length, bytes(data[used:used + content_length])
 
+    @_impl.runs_compiled('scgi:run')
     def run(self):
         return _impl.run_scgi(self)
 

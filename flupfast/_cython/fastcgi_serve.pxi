@@ -638,6 +638,10 @@ cdef class _FcgiChain:
 
 def run_fcgi(conn):
     """``run()`` of a FastCGI connection; see fastcgi_connection.run."""
+    return _run_fcgi(conn)
+
+
+cdef object _run_fcgi(conn):
     global _fcgi_py
     cdef _FcgiChain chain
     if _fcgi_py is None:
@@ -661,3 +665,15 @@ def run_fcgi(conn):
         if not conn.parked and not conn.closed:  # _finish, one request at a time
             _close(conn, _OWN_CLOSE)
     return conn.served
+
+
+cdef object _run_job(job):
+    """``job.run()``; a connection whose ``run`` is flupfast's own (on its class:
+    ``runs_compiled('scgi:run')`` or ``('fcgi:run')``, one line handing the connection to
+    run_scgi or run_fcgi) is handed over here, without that Python frame per connection."""
+    run = getattr(type(job), 'run', None)
+    if run is _OWN_METHODS.get('scgi:run', _NOT_OWN):
+        return _run_scgi(job)
+    if run is _OWN_METHODS.get('fcgi:run', _NOT_OWN):
+        return _run_fcgi(job)
+    return job.run()

@@ -341,7 +341,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             job = job_class(client, addr, *job_args)
             job.max_requests = left if limited else None
             try:
-                served = job.run()
+                served = _run_job(job)  # job.run() (fastcgi_serve.pxi)
             except Exception:
                 policy.logger.exception("unhandled exception in job %r", job)
                 client.close()

@@ -570,6 +570,10 @@ cdef _finish(conn, int flags):
 def run_scgi(conn):
     """``run()`` of an SCGI connection; see scgi_connection.run (LoggedConnection.run's
     loop, with ``serve`` and ``_finish``)."""
+    return _run_scgi(conn)
+
+
+cdef object _run_scgi(conn):
     cdef int flags = _conn_plan.get(type(conn), _work_out_conn)
     addr = conn._addr
     cdef bint tcp = isinstance(addr, tuple) and len(<tuple>addr) >= 2

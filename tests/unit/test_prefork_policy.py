@@ -7,6 +7,9 @@ import threading
 
 import pytest
 
+from flupfast import _impl
+from flupfast.scgi_connection import SCGIConnection
+
 from flupfast.serving.prefork import (
     BUSY, EXITING, IDLE, STATUS_BUSY, STATUS_IDLE, PoolChange, PoolLimits, decide_pool_change,
     notify_parent, serve_child)
@@ -326,6 +329,49 @@ def test_unlimited_child_tells_job_none(tmp_path, child_loop):
         assert CountingJob.seen_timeouts == [5.0]
     finally:
         stop_child_loop(listen, parent, child, thread)
+
+
+class _OneLine(SCGIConnection):
+    """An SCGI connection whose request is one line answered "served" (its ``run`` is
+    flupfast's own)."""
+    calls = []
+
+    def _serve(self):
+        self._sock.recv(64)
+        self._sock.sendall(b"served\n")
+        self.served = 1
+
+
+class _OwnRun(_OneLine):
+    def run(self):
+        _OneLine.calls.append("own run")
+        return super().run()
+
+
+@pytest.mark.parametrize("job_class", [_OneLine, _OwnRun])
+def test_child_runs_a_connection_through_its_run(tmp_path, child_loop, monkeypatch, job_class):
+    """The compiled child hands a connection whose ``run`` is flupfast's own straight to the
+    compiled connection loop (no Python ``run`` frame, so not through _impl.run_scgi); a
+    ``run`` of a subclass is called."""
+    real = _impl.run_scgi
+    monkeypatch.setattr(_impl, "run_scgi", lambda conn: (_OneLine.calls.append("_impl"),
+                                                         real(conn))[1])
+    _OneLine.calls = []
+    listen = ListenPair(tmp_path)
+    parent, child = socket.socketpair()
+    child.setblocking(False)
+    thread = threading.Thread(target=child_loop, args=(
+        listen.sock, child, job_class, (object(),), None, 0, None, None))
+    thread.start()
+    try:
+        assert listen.request(1) == [b"served\n"]
+        assert recv_exact(parent, 2) == STATUS_BUSY + STATUS_IDLE
+    finally:
+        stop_child_loop(listen, parent, child, thread)
+    compiled = child_loop is not serve_child and _impl._speedups is not None
+    expected = (["own run"] if job_class is _OwnRun else []) + \
+        ([] if compiled and job_class is _OneLine else ["_impl"])
+    assert _OneLine.calls == expected
 
 
 def test_notify_parent_reports_a_gone_parent():
