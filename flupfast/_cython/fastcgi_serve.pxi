@@ -667,6 +667,11 @@ cdef object _run_fcgi(conn):
     return conn.served
 
 
+def run_job(job):
+    """``job.run()``; see serving.job.run_job."""
+    return _run_job(job)
+
+
 cdef object _run_job(job):
     """``job.run()``; a connection whose ``run`` is flupfast's own (on its class:
     ``runs_compiled('scgi:run')`` or ``('fcgi:run')``, one line handing the connection to

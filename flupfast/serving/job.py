@@ -24,7 +24,8 @@ flup's jobClass contract (``run()`` returning nothing) is kept at the edge: ``jo
 wraps such a class's jobs once, in ``FlupJob``; nothing else looks at what a job has.
 """
 
-__all__ = ["WAIT", "PARK", "END", "Job", "FlupJob", "JobSource", "job_factory", "keep", "wait"]
+__all__ = ["WAIT", "PARK", "END", "Job", "FlupJob", "JobSource", "job_factory", "keep", "run_job",
+           "wait"]
 
 # The answers to ``on_idle``; compared by identity.
 WAIT = "wait"
@@ -109,3 +110,10 @@ class JobSource:
     def job_class(self, value):
         self._job_class = value
         self.new_job = job_factory(value) if value is not None else None
+
+
+def run_job(job):
+    """``job.run()``, as a mode runs a job (_impl.run_job). The compiled twin hands a
+    connection whose ``run`` is flupfast's own straight to its compiled loop, without the
+    Python frame of that one-line ``run``."""
+    return job.run()

@@ -47,7 +47,7 @@ class _ActiveJob:
 
     def run(self):
         try:
-            return self.job.run()
+            return _impl.run_job(self.job)
         finally:
             self._active.discard(self)
 
@@ -104,7 +104,7 @@ class _TrackedJob(_ActiveJob):
     def _run_once(self, parked):
         job = self.job
         try:
-            job.run()
+            _impl.run_job(job)
         finally:
             self._active.discard(self)
             if job.parked and not parked.park(self):

@@ -160,3 +160,35 @@ def test_no_mode_probes_a_job():
                     and node.func.id in ('hasattr', 'getattr') and node.args
                     and isinstance(node.args[0], ast.Name) and 'job' in node.args[0].id):
                 pytest.fail('%s:%d probes a job with %s' % (path, node.lineno, node.func.id))
+
+
+class _Answering(SCGIConnection):
+    """An SCGI connection (``run`` flupfast's own) whose one request is answered "served"."""
+
+    def _serve(self):
+        self._sock.sendall(b'served\n')
+        self.served = 1
+
+
+class _Counting(Job):
+    def run(self):
+        return 7
+
+
+def test_run_job_runs_a_job_and_hands_a_connection_over(backend, monkeypatch):
+    """_impl.run_job is job.run() on both backends; the compiled twin runs a connection whose
+    ``run`` is flupfast's own one-line hand-over without it (not through _impl.run_scgi)."""
+    from flupfast import _impl
+    seen = []
+    real = _impl.run_scgi
+    monkeypatch.setattr(_impl, 'run_scgi', lambda conn: (seen.append(conn), real(conn))[1])
+    assert backend.run_job(_Counting()) == 7
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        conn = _Answering(ours, '', object())
+        assert backend.run_job(conn) == 1
+        assert theirs.recv(16) == b'served\n' and conn.closed
+    # (flupfast's own methods are marked for the compiled twins while the compiled backend is
+    # the one in use)
+    handed_over = backend.name == 'cy' and _impl._speedups is not None
+    assert seen == ([] if handed_over else [conn])
