@@ -3,19 +3,12 @@ figure with the settings that won beside it), "what would I pick instead" (flupf
 against each peer's best, behind the same front), and the seeds' scenarios (001, 002's Adj
 Mean, 000, 004)."""
 from bench.report.table import fmt
+from bench.scenarios.peers import figure, pick_pairs
 from bench.servers.peers import settings_text
 
 LOAD_HEAD = {"hello": "hello req/s (c16)", "echo71k": "71 KB echo req/s (c100)",
              "c1": "time per request, c1 (ms)", "page": "template page req/s",
              "api": "JSON req/s", "form": "form POST req/s"}
-
-
-def figure(row, load):
-    """(number, key, lower_is_better) of ``row``'s ``load``; number None without one."""
-    res = row.get("loads", {}).get(load) or {}
-    if load == "c1":
-        return res.get("mean_ms"), "mean_ms", True
-    return res.get("rps"), "rps", False
 
 
 def cell(row, load):
@@ -47,75 +40,55 @@ def render_rows(rows, loads):
     return lines
 
 
-def best_row(rows, load, pick):
-    """The row of ``rows`` chosen by ``pick(row)`` with the best figure for ``load``."""
-    have = [r for r in rows if pick(r) and figure(r, load)[0] is not None]
-    if not have:
+def ratio_of(a, b, load):
+    """flupfast's row ``a`` against the peer's ``b`` on ``load`` (>1: flupfast ahead; for
+    times, the peer's / ours); None without both figures."""
+    x, y = figure(a, load)[0], figure(b, load)[0]
+    if not (x and y):
         return None
-    lower = figure(have[0], load)[2]
-    return (min if lower else max)(have, key=lambda r: figure(r, load)[0])
+    return y / x if figure(a, load)[2] else x / y
 
 
-def _ours(front):
-    return lambda r: r["peer"].startswith("flupfast") and r["front"] == front
+def confirmed_row(confirmed, row, load):
+    """``row`` (a winner) as the interleaved rounds of ``load`` measured it, or None."""
+    for got in (confirmed or {}).get(load, []):
+        if got["front"] == row["front"] and got["peer"] == row["peer"] and \
+                got.get("settings_text") == row.get("settings_text"):
+            return got
+    return None
 
 
-def _ours_on(protocol):
-    """flupfast's rows behind nginx on one protocol (its modes and settings)."""
-    return lambda r: r["peer"].startswith("flupfast-%s-" % protocol) and r["front"] == "nginx"
-
-
-def _theirs(fronts, prefix):
-    return lambda r: r["front"] in fronts and r["peer"].startswith(prefix)
-
-
-NGINX = ("nginx", "nginx-keepalive")
-# (behind, load, flupfast's rows, the peer's rows, the peer's name)
-PICKS = (
-    ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
-    ("nginx", "echo71k", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
-    ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "uwsgi-http"), "uWSGI --http-socket"),
-    ("nginx uwsgi_pass", "hello", _ours_on("uwsgi"), _theirs(NGINX, "gunicorn-uwsgi"),
-     "gunicorn --protocol uwsgi"),
-    ("nginx uwsgi_pass", "hello", _ours_on("uwsgi"), _theirs(NGINX, "uwsgi-uwsgi"),
-     "uWSGI --uwsgi-socket"),
-    ("nginx fastcgi_pass", "hello", _ours_on("fcgi"), _theirs(NGINX, "uwsgi-fcgi"),
-     "uWSGI --fastcgi-socket"),
-    ("nginx scgi_pass", "hello", _ours_on("scgi"), _theirs(NGINX, "uwsgi-scgi"),
-     "uWSGI --scgi-socket"),
-    ("Apache", "hello", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
-    ("Apache", "echo71k", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
-    ("Apache", "c1", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
-    ("Apache", "c1", _ours("apache"), _theirs(("apache",), "gunicorn"), "gunicorn"),
-    ("Apache", "c1", _ours("apache"), _theirs(("apache",), "flup-"), "flup 1.0.3"),
-)
-
-
-def pick_instead(rows):
-    """"What would I pick instead": per PICKS line, flupfast's best and the peer's best behind
-    the same front, and the ratio (>1: flupfast ahead; for times, the peer's / ours)."""
+def pick_instead(rows, confirmed=None):
+    """"What would I pick instead": per PICKS line (scenarios/peers.py), flupfast's best and
+    the peer's best behind the same front, and the ratio (>1: flupfast ahead; for times, the
+    peer's / ours); with ``confirmed`` (the winners' rounds interleaved, confirm_picks), that
+    ratio too."""
     out = []
-    for behind, load, ours, theirs, name in PICKS:
-        a, b = best_row(rows, load, ours), best_row(rows, load, theirs)
-        ratio = None
+    for behind, load, name, a, b in pick_pairs(rows):
+        ratio = ratio_of(a, b, load) if a and b else None
+        again = None
         if a and b:
-            x, y = figure(a, load)[0], figure(b, load)[0]
-            lower = figure(a, load)[2]
-            ratio = (y / x if lower else x / y) if x and y else None
+            ca, cb = confirmed_row(confirmed, a, load), confirmed_row(confirmed, b, load)
+            again = ratio_of(ca, cb, load) if ca and cb else None
         out.append({"behind": behind, "load": load, "peer": name,
                     "flupfast": "%s: %s" % (a["label"], cell(a, load)) if a else "n/a",
                     "other": "%s (%s): %s" % (b["label"], b["front_label"], cell(b, load))
-                    if b else "n/a", "ratio": ratio})
+                    if b else "n/a", "ratio": ratio, "interleaved": again})
     return out
 
 
-def render_pick(rows):
-    lines = ["| behind | load | flupfast (best) | instead (best) | flupfast vs it |",
-             "|---|---|---|---|---|"]
-    for p in pick_instead(rows):
+def render_pick(rows, confirmed=None):
+    picks = pick_instead(rows, confirmed)
+    again = any(p["interleaved"] for p in picks)
+    lines = ["| behind | load | flupfast (best) | instead (best) | flupfast vs it |" +
+             (" the two again, rounds interleaved |" if again else ""),
+             "|---|---|---|---|---|" + ("---|" if again else "")]
+    for p in picks:
         lines.append("| %s | %s | %s | %s | %s |" % (
             p["behind"], LOAD_HEAD.get(p["load"], p["load"]), p["flupfast"], p["other"],
-            "%.2fx" % p["ratio"] if p["ratio"] else "n/a"))
+            "%.2fx" % p["ratio"] if p["ratio"] else "n/a") +
+            (" %s |" % ("%.2fx" % p["interleaved"] if p["interleaved"] else "n/a")
+             if again else ""))
     return lines
 
 
@@ -150,7 +123,13 @@ def render_peers(results):
              ""]
     hello = peers["apps"].get("hello", {})
     if hello.get("rows"):
-        lines += render_pick(hello["rows"]) + ["", "### hello and the 71 KB echo", ""]
+        lines += render_pick(hello["rows"], hello.get("confirmed"))
+        if hello.get("confirmed"):
+            lines += ["", "The last column: each line's two winners again at their settings, "
+                      "every cell up at once and %d rounds alternating between them (medians); "
+                      "the sweep's figures come one server after the other."
+                      % hello.get("confirm_rounds", 0)]
+        lines += ["", "### hello and the 71 KB echo", ""]
         lines += render_rows(hello["rows"], hello["loads"]) + [""]
         lines += render_tried(hello["rows"], hello["loads"][0])
     flask = peers["apps"].get("flask", {})

@@ -15,7 +15,7 @@ from bench.drivers.ab import run_ab_requests
 from bench.drivers.http import http_request
 from bench.drivers.wrk import post_script, run_wrk
 from bench.scenarios.cells import FRONT_LABEL, interleaved, sweep
-from bench.servers.peers import PEERS
+from bench.servers.peers import PEERS, Peer
 
 ECHO_SIZE = 71453   # seed 001's POST body
 # A c1 run's bound: flup 1.0.3 behind Apache, the slowest peer, takes 44 ms per request (44 s
@@ -43,6 +43,10 @@ FLASK_ROWS = (
     ("apache", "gunicorn-sync"),
 )
 APP_SPEC = {"hello": "bench.apps:app", "flask": "bench.flask_app:app"}
+# The winners' rounds again, interleaved (``--sweep``): the sweep measures one server after
+# the other, and this machine moves 20-25% between minutes.
+CONFIRM_ROUNDS = 5
+CONFIRM_LOADS = ("hello", "echo71k")  # req/s loads (c1 runs one client for a fixed count)
 
 
 def check_echo(port):
@@ -133,6 +137,107 @@ def run_rows(rows, app, loads, info, workdir, client, cfg, key="rps", lower=Fals
     return out
 
 
+# -- "what would I pick instead": which rows are compared (the report prints them; the
+# winners' rounds are run again interleaved from here) --------------------------------------
+
+def figure(row, load):
+    """(number, key, lower_is_better) of ``row``'s ``load``; number None without one."""
+    res = row.get("loads", {}).get(load) or {}
+    if load == "c1":
+        return res.get("mean_ms"), "mean_ms", True
+    return res.get("rps"), "rps", False
+
+
+def best_row(rows, load, pick):
+    """The row of ``rows`` chosen by ``pick(row)`` with the best figure for ``load``."""
+    have = [r for r in rows if pick(r) and figure(r, load)[0] is not None]
+    if not have:
+        return None
+    lower = figure(have[0], load)[2]
+    return (min if lower else max)(have, key=lambda r: figure(r, load)[0])
+
+
+def _ours(front):
+    return lambda r: r["peer"].startswith("flupfast") and r["front"] == front
+
+
+def _ours_on(protocol):
+    """flupfast's rows behind nginx on one protocol (its modes and settings)."""
+    return lambda r: r["peer"].startswith("flupfast-%s-" % protocol) and r["front"] == "nginx"
+
+
+def _theirs(fronts, prefix):
+    return lambda r: r["front"] in fronts and r["peer"].startswith(prefix)
+
+
+NGINX = ("nginx", "nginx-keepalive")
+# (behind, load, flupfast's rows, the peer's rows, the peer's name)
+PICKS = (
+    ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
+    ("nginx", "echo71k", _ours("nginx"), _theirs(NGINX, "gunicorn"), "gunicorn"),
+    ("nginx", "hello", _ours("nginx"), _theirs(NGINX, "uwsgi-http"), "uWSGI --http-socket"),
+    ("nginx uwsgi_pass", "hello", _ours_on("uwsgi"), _theirs(NGINX, "gunicorn-uwsgi"),
+     "gunicorn --protocol uwsgi"),
+    ("nginx uwsgi_pass", "hello", _ours_on("uwsgi"), _theirs(NGINX, "uwsgi-uwsgi"),
+     "uWSGI --uwsgi-socket"),
+    ("nginx fastcgi_pass", "hello", _ours_on("fcgi"), _theirs(NGINX, "uwsgi-fcgi"),
+     "uWSGI --fastcgi-socket"),
+    ("nginx scgi_pass", "hello", _ours_on("scgi"), _theirs(NGINX, "uwsgi-scgi"),
+     "uWSGI --scgi-socket"),
+    ("Apache", "hello", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
+    ("Apache", "echo71k", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
+    ("Apache", "c1", _ours("apache"), _theirs(("apache",), "modwsgi"), "mod_wsgi daemon"),
+    ("Apache", "c1", _ours("apache"), _theirs(("apache",), "gunicorn"), "gunicorn"),
+    ("Apache", "c1", _ours("apache"), _theirs(("apache",), "flup-"), "flup 1.0.3"),
+)
+
+
+def pick_pairs(rows):
+    """Per PICKS line: (behind, load, name, flupfast's best row or None, the peer's or None)."""
+    return [(behind, load, name, best_row(rows, load, ours), best_row(rows, load, theirs))
+            for behind, load, ours, theirs, name in PICKS]
+
+
+def winners_to_confirm(rows, load):
+    """The distinct rows (front, peer, settings) that win a PICKS line on ``load`` against a
+    row that also has a figure: the cells ``confirm_picks`` runs again."""
+    seen, out = set(), []
+    for _, line_load, _, ours, theirs in pick_pairs(rows):
+        if line_load != load or not (ours and theirs):
+            continue
+        for row in (ours, theirs):
+            key = (row["front"], row["peer"], row.get("settings_text"))
+            if key not in seen:
+                seen.add(key)
+                out.append(row)
+    return out
+
+
+def confirm_picks(rows, app, loads, info, workdir, client, rounds=CONFIRM_ROUNDS):
+    """The winners of "what would I pick instead" again, at their settings, every cell up at
+    once and ``rounds`` rounds alternating between them (cells.interleaved) -> {load: [{front,
+    peer, settings_text, loads: {load: median result}}]}."""
+    out = {}
+    for load in CONFIRM_LOADS:
+        if load not in loads:
+            continue
+        winners = winners_to_confirm(rows, load)
+        if len(winners) < 2:
+            continue
+        log("peers: the winners on %s again, %d rounds interleaved" % (load, rounds))
+        cells = []
+        for row in winners:
+            peer = PEERS[row["peer"]]
+            cells.append((row["front"], Peer(peer.key, peer.label, peer.family, peer.protocol,
+                                             peer.mode, [row.get("best") or {}])))
+        got = interleaved(cells, app, workdir, client, loads[load], load, rounds,
+                          info.get("uwsgi_path"))
+        out[load] = [{"front": row["front"], "peer": row["peer"],
+                      "settings_text": row.get("settings_text"), "loads": res["loads"]}
+                     for row, res in zip(winners, got)]
+    return out
+
+
 def run_peers(info, workdir, client, cfg, results, apps_wanted=("hello", "flask")):
     out = results.setdefault("peers", {"apps": {}})
     out["sweep"] = cfg.sweep
@@ -143,7 +248,11 @@ def run_peers(info, workdir, client, cfg, results, apps_wanted=("hello", "flask"
         log("peers: the %s app" % name)
         loads = hello_loads(cfg, workdir) if name == "hello" else flask_loads(cfg, workdir)
         rows = HELLO_ROWS if name == "hello" else FLASK_ROWS
-        out["apps"][name] = {"app": APP_SPEC[name], "loads": list(loads),
-                             "rows": run_rows(rows, APP_SPEC[name], loads, info, workdir,
-                                              client, cfg)}
+        app = {"app": APP_SPEC[name], "loads": list(loads),
+               "rows": run_rows(rows, APP_SPEC[name], loads, info, workdir, client, cfg)}
+        if cfg.sweep and name == "hello":
+            app["confirm_rounds"] = CONFIRM_ROUNDS
+            app["confirmed"] = confirm_picks(app["rows"], APP_SPEC[name], loads, info,
+                                             workdir, client)
+        out["apps"][name] = app
     return out

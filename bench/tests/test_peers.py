@@ -342,6 +342,43 @@ def test_pick_instead_compares_each_protocol_with_uwsgi_on_it():
     assert picks["nginx uwsgi_pass", "uWSGI --uwsgi-socket"] == pytest.approx(0.9)
 
 
+def test_the_winners_are_run_again_interleaved_and_reported(monkeypatch):
+    """With --sweep, each PICKS line's two winners run again at their settings, every cell up
+    at once and rounds alternating; the report gives that ratio beside the sweep's."""
+    from bench.scenarios import peers as scenario
+    rows = [dict(r, best={"workers": 8} if r["peer"] == "gunicorn-sync" else {})
+            for r in ROWS]
+    winners = scenario.winners_to_confirm(rows, "hello")
+    assert [(r["front"], r["peer"]) for r in winners] == [
+        ("nginx", "flupfast-fcgi-fork"), ("nginx-keepalive", "gunicorn-gthread"),
+        ("nginx", "uwsgi-http")]   # Apache's hello line has no figure of flupfast's
+    asked = []
+
+    def fake_interleaved(cells_, app, workdir, client, load, name, rounds, uwsgi_binary):
+        asked.append((name, [(front, peer.key, peer.candidates) for front, peer in cells_],
+                      rounds))
+        figures = {"flupfast-fcgi-fork": 30000.0, "gunicorn-gthread": 10000.0,
+                   "uwsgi-http": 25000.0, "gunicorn-sync": 6000.0}
+        return [{"loads": {name: {"rps": figures[peer.key]}}} for _, peer in cells_]
+
+    monkeypatch.setattr(scenario, "interleaved", fake_interleaved)
+    confirmed = scenario.confirm_picks(rows, "app", {"hello": None, "echo71k": None,
+                                                     "c1": None}, {}, "/w", None)
+    assert [a[0] for a in asked] == ["hello", "echo71k"] and asked[0][2] == 5
+    assert ("nginx", "gunicorn-sync", [{"workers": 8}]) in asked[1][1]
+    picks = {(p["behind"], p["load"], p["peer"]): p
+             for p in report.pick_instead(rows, confirmed)}
+    assert picks["nginx", "hello", "uWSGI --http-socket"]["ratio"] == pytest.approx(0.625)
+    assert picks["nginx", "hello", "uWSGI --http-socket"]["interleaved"] == \
+        pytest.approx(1.2)
+    assert picks["nginx", "echo71k", "gunicorn"]["interleaved"] == pytest.approx(30000 / 6000)
+    assert picks["Apache", "c1", "mod_wsgi daemon"]["interleaved"] is None
+    lines = report.render_pick(rows, confirmed)
+    assert lines[0].endswith("| the two again, rounds interleaved |")
+    assert any("| 0.62x | 1.20x |" in line for line in lines)
+    assert not report.render_pick(rows)[0].endswith("interleaved |")
+
+
 def test_cells_show_settings_problems_and_reasons():
     assert report.cell(ROWS[2], "hello") == "8000 [workers=8]"
     assert report.cell(ROWS[6], "hello") == "1 (3 errors) [processes=2 threads=8]"
