@@ -16,7 +16,7 @@ from libc.stdint cimport uintptr_t
 
 cdef enum:
     _COMM_BYTES = 15  # TASK_COMM_LEN - 1: what prctl(PR_SET_NAME) keeps of a title
-    _PROBE_SPACES = 128 * 1024  # longer than any argv and environment the area is made of
+    _PROBE_SPACES = 128 * 1024  # past the area, or past the page the kernel shows
 
 
 cdef object _setproctitle():
@@ -37,7 +37,9 @@ cdef Py_ssize_t _title_area(set_title, str title, bytes other, char **area) exce
     """Show ``title`` through ``set_title``; when that is setproctitle writing the argv area,
     the area's size (its last byte the NUL that ends a title cut to it), with ``area`` pointing
     at it; else 0. The area is measured with ``title`` and trailing spaces (``ps`` shows the
-    same) as long as it takes; ``other`` must give the kernel the same comm."""
+    same) as long as it takes; ``other`` must give the kernel the same comm. The kernel shows
+    at most a page of a title that runs past the argv strings: past that, the area measured
+    is the page (what ``ps`` can show), the rest of setproctitle's area left NUL."""
     cdef bytes encoded = title.encode('utf-8')
     cdef Py_ssize_t size, i, n = len(encoded)
     cdef char *at
