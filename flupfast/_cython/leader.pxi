@@ -55,14 +55,16 @@ cdef object _c_socket_init = _c_socket_base.__init__
 _KNOWN_SOCKET_SLOTS = ["__weakref__", "_io_refs", "_closed"]
 
 # _socket's own init of an accepted fd calls getsockname() to check that the fd is a socket:
-# a syscall per connection for what accept4 has just said. Its object's state is four ints
-# and a timeout (Modules/socketmodule.h, PySocketSockObject, the same from CPython 3.6 to
-# 3.13, not in the public headers); where the layout below reads back what _socket itself
-# set on real sockets (_socket_layout_holds, checked once), an accepted fd's socket gets its
-# fd, family, type and protocol written there directly, after _socket's __new__ has set the
-# rest (no fd, blocking, its error handler). Without the check's agreement, or with a
-# default timeout set (init then sets the fd non-blocking), _socket's init runs. What is
-# skipped besides the syscall: the "socket.__new__" audit event, which socket.accept() raises.
+# a syscall per connection for what accept4 has just said. Up to CPython 3.11 its object's
+# state is four ints and a timeout (Modules/socketmodule.h, PySocketSockObject, not in the
+# public headers); 3.12 added a pointer to the module's state that only the init sets, so
+# there the init runs (flupfast_direct_socket_state). Where the layout below reads back what
+# _socket itself set on real sockets (_socket_layout_holds, checked once), an accepted fd's
+# socket gets its fd, family, type and protocol written there directly, after _socket's
+# __new__ has set the rest (no fd, blocking, its error handler). Without the check's
+# agreement, or with a default timeout set (init then sets the fd non-blocking), _socket's
+# init runs. What is skipped besides the syscall: the "socket.__new__" audit event, which
+# socket.accept() raises.
 cdef extern from *:
     """
     typedef struct {
@@ -74,6 +76,8 @@ cdef extern from *:
         void *errorhandler;
         long long sock_timeout;  /* nanoseconds; negative: blocking, no timeout */
     } flupfast_socket_state;
+    /* 3.12+ sockets also point at the module's state, set by the init alone. */
+    #define flupfast_direct_socket_state (PY_VERSION_HEX < 0x030C0000)
     """
     ctypedef struct flupfast_socket_state:
         int sock_fd
@@ -81,6 +85,7 @@ cdef extern from *:
         int sock_type
         int sock_proto
         long long sock_timeout
+    bint flupfast_direct_socket_state
 
 cdef int _layout_known = -1  # -1: not checked yet
 
@@ -96,7 +101,7 @@ cdef bint _socket_layout_holds():
     """Whether flupfast_socket_state is _socket's layout here: what _socket set in a new
     object and in two real sockets (blocking, then with a timeout) reads back through it."""
     import socket
-    if type(_c_socket_base.__basicsize__) is not int or \
+    if not flupfast_direct_socket_state or type(_c_socket_base.__basicsize__) is not int or \
             _c_socket_base.__basicsize__ < sizeof(flupfast_socket_state):
         return False
     fresh = _c_socket_base.__new__(_c_socket_base)
@@ -105,9 +110,10 @@ cdef bint _socket_layout_holds():
     except OSError:
         return False  # no socket pair to check with here: _socket's init, as before
     try:
+        one.settimeout(None)  # a default timeout may be set: the check is of the layout
         if not _state_is(fresh, -1, 0, 0, 0, -1000000000):
             return False
-        if one.gettimeout() is not None or not _state_is(
+        if not _state_is(
                 one, one.fileno(), one.family, one.type, one.proto, -1000000000):
             return False
         two.settimeout(1.5)

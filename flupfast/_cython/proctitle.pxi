@@ -105,8 +105,10 @@ cdef class WorkerTitle:
     def begin(self, environ):
         method = environ.get('REQUEST_METHOD', '-')
         uri = environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')
-        if self._area == NULL or type(method) is not str or type(uri) is not str:
-            self._set_title('%s%s %s' % (self.busy, method, uri))
+        if self._area == NULL or type(method) is not str or type(uri) is not str or \
+                '\0' in <str>method or '\0' in <str>uri:
+            from flupfast.ops.proctitle import busy_title
+            self._set_title(busy_title(self.busy, environ))
             return
         self._show(self._put(self._put(self._put(self._put(0, self.busy), method), ' '), uri))
 

@@ -50,6 +50,14 @@ def become_worker(number):
     return _impl.WorkerTitle(number, _app, _set_title)
 
 
+def busy_title(busy, environ):
+    """``busy`` + ``METHOD URI``; a NUL (a FastCGI param may carry one; setproctitle refuses
+    it, and a title must not fail the request) is left out."""
+    title = '%s%s %s' % (busy, environ.get('REQUEST_METHOD', '-'),
+                         environ.get('REQUEST_URI') or environ.get('PATH_INFO', ''))
+    return title.replace('\0', '') if '\0' in title else title
+
+
 class WorkerTitle:
     """A request observer (flupfast.gateway.set_observer) for a process serving one request
     at a time: ``busy METHOD URI`` while it runs, ``idle`` after, through ``set_title``.
@@ -65,8 +73,7 @@ class WorkerTitle:
         set_title(self.idle)
 
     def begin(self, environ):
-        self._set_title('%s%s %s' % (self.busy, environ.get('REQUEST_METHOD', '-'),
-                                     environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')))
+        self._set_title(busy_title(self.busy, environ))
 
     def end(self, token, response, failed):
         self._set_title(self.idle)

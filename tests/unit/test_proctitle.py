@@ -37,6 +37,9 @@ def test_master_then_worker_busy_and_idle(titles, backend, monkeypatch):
     assert type(observer) is backend.WorkerTitle
     observer.begin({'PATH_INFO': '/p'})
     assert titles[-1] == 'flupfast: worker 3 [site.wsgi:app] busy - /p'
+    # setproctitle refuses a NUL (a FastCGI param may carry one): left out, the request goes on
+    observer.begin({'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/a\0b'})
+    assert titles[-1] == 'flupfast: worker 3 [site.wsgi:app] busy GET /ab'
 
 
 def test_off_means_no_observer_and_no_title(titles):
@@ -65,7 +68,7 @@ backend = COMPILED if sys.argv[1] == 'cy' else PURE
 proctitle.enable('site.wsgi:app')
 title = backend.WorkerTitle(3, 'site.wsgi:app', setproctitle.setproctitle)
 # A comm of our own: setproctitle's prctl would put "flupfast: worke" back.
-ctypes.CDLL(None, use_errno=True).prctl(15, b'marker', 0, 0, 0)  # PR_SET_NAME
+assert ctypes.CDLL(None, use_errno=True).prctl(15, b'marker', 0, 0, 0) == 0  # PR_SET_NAME
 seen = [cmdline()]
 for environ in ({'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/caf\xc3\xa9?x=1'},
                 {'REQUEST_METHOD': 'POST', 'REQUEST_URI': '/' + 'long' * 20000},
@@ -76,6 +79,9 @@ for environ in ({'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/caf\xc3\xa9?x=1'},
     seen.append(cmdline())
 with open('/proc/self/comm', 'rb') as f:
     seen.append(f.read().strip())
+# A NUL, which setproctitle refuses, is left out (through set_title: last, it names the comm).
+title.begin({'REQUEST_METHOD': 'GET', 'REQUEST_URI': '/nul\0x'})
+seen.append(cmdline())
 print(repr(seen))
 '''
 
@@ -99,9 +105,10 @@ def test_the_compiled_twin_writes_what_setproctitle_writes_without_calling_it(na
         return ast.literal_eval(out.stdout.decode())
 
     pure, other = run('py'), run(name)
-    assert other[:-1] == pure[:-1]
+    assert other[:-2] == pure[:-2] and other[-1] == pure[-1]
+    assert pure[-1].rstrip(b'\0').endswith(b'busy GET /nulx')
     assert pure[1].rstrip(b'\0') == \
         'flupfast: worker 3 [site.wsgi:app] busy GET /caf\xc3\xa9?x=1'.encode('utf-8')
     assert len(pure[3].rstrip(b'\0')) < len(b'busy POST /' + b'long' * 20000)  # cut
-    assert pure[-1] == b'flupfast: worke'
-    assert other[-1] == (b'marker' if name == 'cy' else b'flupfast: worke')
+    assert pure[-2] == b'flupfast: worke'
+    assert other[-2] == (b'marker' if name == 'cy' else b'flupfast: worke')
