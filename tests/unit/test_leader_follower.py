@@ -158,6 +158,49 @@ def test_the_accepted_socket_is_what_socket_accept_gives(backend, tmp_path, monk
         listener.close()
 
 
+# In a process of its own: an audit hook cannot be taken out again.
+AUDIT_SCRIPT = r"""
+import socket, sys, tempfile
+from flupfast._speedups import Leader
+events = []
+sys.addaudithook(lambda event, args: events.append(event) if event == "socket.__new__" else None)
+path = tempfile.mkdtemp() + "/l.sock"
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(path)
+listener.listen(8)
+listener.setblocking(False)
+leader = Leader(listener)
+seen = []
+for default_timeout in (None, None, 2.5):  # the first also makes the layout check's pair
+    socket.setdefaulttimeout(default_timeout)
+    peer = socket.socket(socket.AF_UNIX)
+    peer.connect(path)
+    del events[:]
+    client, _ = leader.lead()
+    seen.append(len(events))
+    client.close()
+    peer.close()
+print(seen[1:])
+"""
+
+
+def test_the_compiled_accept_skips_the_sockets_init_where_it_may(tmp_path):
+    """The compiled accept builds the socket without _socket's init (and its getsockname)
+    up to CPython 3.11 with no default timeout: no "socket.__new__" audit event, which the
+    init raises; with a default timeout, and from 3.12 on, the init runs."""
+    import subprocess
+    import sys
+    from tests.conftest import COMPILED
+    if COMPILED is None:
+        pytest.skip("flupfast._speedups is not built")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", AUDIT_SCRIPT], capture_output=True, timeout=60,
+                         cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    assert out.returncode == 0, out.stderr.decode()
+    direct = sys.version_info < (3, 12)
+    assert out.stdout.decode().strip() == str([0 if direct else 1, 1])
+
+
 def test_lead_builds_a_replaced_socket_class_by_calling_it(backend, unix_listener,
                                                            monkeypatch):
     # A socket class the compiled twin does not know (other slots) is called, not built.
