@@ -107,8 +107,9 @@ cdef class WorkerTitle:
         uri = environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')
         if self._area == NULL or type(method) is not str or type(uri) is not str or \
                 '\0' in <str>method or '\0' in <str>uri:
-            from flupfast.ops.proctitle import busy_title
-            self._set_title(busy_title(self.busy, environ))
+            # ops.proctitle.busy_title's text (that module imports this one through _impl)
+            title = '%s%s %s' % (self.busy, method, uri)
+            self._set_title(title.replace('\0', '') if '\0' in title else title)
             return
         self._show(self._put(self._put(self._put(self._put(0, self.busy), method), ' '), uri))
 
