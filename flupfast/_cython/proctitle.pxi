@@ -109,7 +109,7 @@ cdef class WorkerTitle:
                 '\0' in <str>method or '\0' in <str>uri:
             # ops.proctitle.busy_title's text (that module imports this one through _impl)
             title = '%s%s %s' % (self.busy, method, uri)
-            self._set_title(title.replace('\0', '') if '\0' in title else title)
+            self._set_title(title.replace('\0', ''))
             return
         self._show(self._put(self._put(self._put(self._put(0, self.busy), method), ' '), uri))
 

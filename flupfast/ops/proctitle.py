@@ -55,7 +55,7 @@ def busy_title(busy, environ):
     it, and a title must not fail the request) is left out."""
     title = '%s%s %s' % (busy, environ.get('REQUEST_METHOD', '-'),
                          environ.get('REQUEST_URI') or environ.get('PATH_INFO', ''))
-    return title.replace('\0', '') if '\0' in title else title
+    return title.replace('\0', '')  # the same str back when there is none
 
 
 class WorkerTitle:
