@@ -10,6 +10,7 @@ from flupfast.protocols.fastcgi import (
     FCGI_ABORT_REQUEST, FCGI_BEGIN_REQUEST, FCGI_DATA, FCGI_GET_VALUES, FCGI_HEADER_LEN,
     FCGI_PARAMS, FCGI_STDIN, FCGI_STDOUT, FCGI_VERSION_1)
 from struct import error as _StructError
+from sys import intern as _sys_intern
 
 # C copies of the spec 8 constants, taken from the pure module once at import.
 cdef Py_ssize_t _HEADER_LEN = FCGI_HEADER_LEN
@@ -66,8 +67,7 @@ cdef Py_ssize_t _read_length(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t
 
 # Names repeat from request to request (REQUEST_METHOD, HTTP_HOST...): a small direct-mapped
 # cache of their str objects saves an allocation and the str hash (cached inside the object) per
-# pair. Keyed by the raw bytes and checked with memcmp, so a collision only costs a miss. Values
-# are never cached: they may be cookies or credentials, which must not outlive their request.
+# pair. Keyed by the raw bytes and checked with memcmp, so a collision only costs a miss.
 cdef extern from *:
     """
     #include <stdint.h>
@@ -110,7 +110,7 @@ cdef extern from *:
     size_t flupfast_name_slot(const unsigned char *p, Py_ssize_t n, size_t mask) noexcept nogil
 
 cdef enum:
-    _NAME_CACHE_SLOTS = 256     # a power of two; real front ends send 20-60 distinct names
+    _NAME_CACHE_SLOTS = 256     # a power of two (pairs of ways); fronts send 20-60 names
     _NAME_CACHE_MAX_LEN = 40    # longer names (and values) are rare and get a fresh str
 
 # Owned references to 1-byte-kind str, or NULL. Names repeat from request to request, and so
@@ -120,33 +120,66 @@ cdef enum:
 cdef PyObject *_name_cache[_NAME_CACHE_SLOTS]
 cdef PyObject *_value_cache[_NAME_CACHE_SLOTS]
 
+# The names servers and apps look up by a constant of their code, which CPython interns: a
+# cached name that is that very object is found by identity, where an equal copy costs a string
+# comparison at every lookup (about 250 instructions). Not sys.intern on whatever a client
+# sends: 3.12 made interned strings immortal, and a client's made-up names would pile up.
+cdef dict _well_known_names = {_sys_intern(name): _sys_intern(name) for name in (
+    'AUTH_TYPE', 'CONTENT_LENGTH', 'CONTENT_TYPE', 'DOCUMENT_ROOT', 'DOCUMENT_URI',
+    'GATEWAY_INTERFACE', 'HTTPS', 'PATH_INFO', 'PATH_TRANSLATED', 'QUERY_STRING',
+    'REDIRECT_STATUS', 'REMOTE_ADDR', 'REMOTE_HOST', 'REMOTE_PORT', 'REMOTE_USER',
+    'REQUEST_METHOD', 'REQUEST_SCHEME', 'REQUEST_URI', 'SCGI', 'SCRIPT_FILENAME', 'SCRIPT_NAME',
+    'SERVER_ADDR', 'SERVER_NAME', 'SERVER_PORT', 'SERVER_PROTOCOL', 'SERVER_SOFTWARE',
+    'UWSGI_SCHEME', 'WSGI_SCRIPT_NAME', 'HTTP_ACCEPT', 'HTTP_ACCEPT_ENCODING',
+    'HTTP_ACCEPT_LANGUAGE', 'HTTP_AUTHORIZATION', 'HTTP_CONNECTION', 'HTTP_CONTENT_LENGTH',
+    'HTTP_CONTENT_TYPE', 'HTTP_COOKIE', 'HTTP_HOST', 'HTTP_IF_MODIFIED_SINCE',
+    'HTTP_IF_NONE_MATCH', 'HTTP_ORIGIN', 'HTTP_REFERER', 'HTTP_USER_AGENT',
+    'HTTP_X_FORWARDED_FOR', 'HTTP_X_FORWARDED_HOST', 'HTTP_X_FORWARDED_PROTO',
+    'HTTP_X_REQUESTED_WITH')}
 
-cdef inline str _cached_str(PyObject **cache, const unsigned char *p, Py_ssize_t n):
+
+cdef inline str _cached_str(PyObject **cache, const unsigned char *p, Py_ssize_t n,
+                            dict canonical):
     """``p[:n]`` decoded latin-1, the same str object as last time when its slot of ``cache``
-    still holds these bytes (a str is immutable: sharing it is invisible)."""
+    still holds these bytes (a str is immutable: sharing it is invisible); at a miss,
+    ``canonical``'s object for that text when it has one."""
     cdef size_t slot
     cdef PyObject *cached
+    cdef PyObject *older
     cdef str text
     if n > _NAME_CACHE_MAX_LEN or n < 2:  # CPython already shares '' and 1-char strings
         return PyUnicode_DecodeLatin1(<char *>p, n, NULL)
-    slot = flupfast_name_slot(p, n, _NAME_CACHE_SLOTS - 1)
+    # Two ways per slot pair: two names of one slot (nginx's uwsgi_params have DOCUMENT_ROOT
+    # and REMOTE_PORT) would otherwise evict each other at every request.
+    slot = flupfast_name_slot(p, n, _NAME_CACHE_SLOTS - 1) & ~(<size_t>1)
     cached = cache[slot]
-    if (cached != NULL and PyUnicode_GET_LENGTH(<object>cached) == n
-            and memcmp(PyUnicode_1BYTE_DATA(<object>cached), p, n) == 0):
+    if _holds(cached, p, n):
         return <str>cached
+    older = cache[slot + 1]
+    if _holds(older, p, n):
+        return <str>older
     text = PyUnicode_DecodeLatin1(<char *>p, n, NULL)
+    if canonical is not None:
+        text = canonical.get(text, text)
+    # The newcomer takes the first way, whose entry moves to the second; the older one goes.
     Py_INCREF(text)
     cache[slot] = <PyObject *>text
-    Py_XDECREF(cached)  # a str: its deallocation runs no Python code
+    cache[slot + 1] = cached
+    Py_XDECREF(older)  # a str: its deallocation runs no Python code
     return text
 
 
+cdef inline bint _holds(PyObject *cached, const unsigned char *p, Py_ssize_t n) noexcept:
+    return (cached != NULL and PyUnicode_GET_LENGTH(<object>cached) == n
+            and memcmp(PyUnicode_1BYTE_DATA(<object>cached), p, n) == 0)
+
+
 cdef str _decode_name(const unsigned char *p, Py_ssize_t n):
-    return _cached_str(_name_cache, p, n)
+    return _cached_str(_name_cache, p, n, _well_known_names)
 
 
 cdef str _decode_value(const unsigned char *p, Py_ssize_t n):
-    return _cached_str(_value_cache, p, n)
+    return _cached_str(_value_cache, p, n, None)
 
 
 cdef inline Py_ssize_t _peek_length(const unsigned char *p, Py_ssize_t *pos,

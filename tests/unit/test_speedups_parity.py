@@ -193,6 +193,31 @@ def test_decode_params_values_survive_the_value_cache():
     assert decode(f.encode_params([('B_', 'HTTP/1.1')]), 10)['B_'] is first  # shared, equal
 
 
+def test_two_names_of_one_slot_both_stay_cached():
+    """nginx's uwsgi_params send DOCUMENT_ROOT and REMOTE_PORT, whose bytes pick the same
+    slot (as do REMOTE_ADDR and HTTP_USER_AGENT, one slot apart): a second request gets the
+    same str objects as the first, not new ones."""
+    decode = _compiled_decode_params()
+    pairs = [('DOCUMENT_ROOT', '/var/www'), ('REMOTE_PORT', '1'), ('REMOTE_ADDR', 'a'),
+             ('HTTP_USER_AGENT', 'b')]
+    first = list(decode(f.encode_params(pairs), 10))
+    for _ in range(3):
+        again = list(decode(f.encode_params(pairs), 10))
+        assert all(a is b for a, b in zip(first, again)), again
+
+
+def test_a_well_known_name_is_the_interned_constant():
+    """A name servers and apps look up by a constant (interned by CPython) is that very
+    object, found by identity; a made-up name is not interned (3.12+ would keep it for
+    good)."""
+    import sys
+    decode = _compiled_decode_params()
+    made_up = 'X_MADE_UP_%d' % id(decode)  # built at run time: not interned
+    names = list(decode(f.encode_params([('REQUEST_METHOD', 'GET'), (made_up, '1')]), 10))
+    assert names[0] is 'REQUEST_METHOD'  # noqa: F632 (the identity is the point)
+    assert sys.intern(made_up) is not names[1]
+
+
 @FUZZ
 @given(request_id=st.integers(0, 0xFFFF), size=st.integers(0, 3000),
        max_content=st.integers(1, 1200), record_type=st.integers(0, 255),
