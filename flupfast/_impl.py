@@ -114,7 +114,9 @@ def runs_compiled(kind):
     ``run_scgi`` (SCGI, uwsgi) or ``run_fcgi`` (FastCGI, kinds ``fcgi:...``) run themselves,
     in C, while it is the method in force (_cython/scgi_serve.pxi, fastcgi_serve.pxi; by
     identity, per class): an override on a subclass, or a function patched into the class, is
-    called where the pure path calls it. ``kind`` names which twin takes over."""
+    called where the pure path calls it. ``kind`` names which twin takes over. The
+    connection's two ``__init__`` (``logged_init``, ``connection_init``) are run by the
+    compiled ChildJobs (_cython/connection.pxi)."""
     def mark(method):
         if _speedups is not None:
             _speedups.OWN_METHODS[kind] = method

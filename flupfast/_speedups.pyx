@@ -21,7 +21,8 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyOb
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.bytes cimport (
-    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE)
+    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromFormat, PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE)
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
@@ -52,4 +53,5 @@ include "_cython/sockio.pxi"
 include "_cython/gateway.pxi"
 include "_cython/proctitle.pxi"
 include "_cython/scgi_serve.pxi"
+include "_cython/connection.pxi"
 include "_cython/fastcgi_serve.pxi"

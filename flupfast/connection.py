@@ -56,6 +56,7 @@ class Connection(Job):
     closed = False
     _out_bytes = 0
 
+    @_impl.runs_compiled('connection_init')
     def __init__(self, sock, addr):
         self._sock = sock
         self._addr = addr
@@ -177,6 +178,7 @@ class LoggedConnection(Connection):
 
     logger_name = None  # the protocol's logger: a class attribute, or given
 
+    @_impl.runs_compiled('logged_init')
     def __init__(self, sock, addr, server, timeout=None, logger_name=None):
         super().__init__(sock, addr)
         self.server = server

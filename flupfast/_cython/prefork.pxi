@@ -260,6 +260,8 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     socket_class = socket.socket
     cdef bint direct = _can_build_socket(socket_class)
     family, type_, proto = listen_sock.family, listen_sock.type, listen_sock.proto
+    cdef ChildJobs jobs = job_class if type(job_class) is ChildJobs else None
+    job_args = tuple(job_args)
     if policy.STATUS_IDLE != b'\xff':
         raise AssertionError('the scoreboard counts 0xff as idle')
     cboard.buf = NULL
@@ -338,7 +340,10 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 client.close()
                 continue
             _board_report(&cboard, parent_fd, busy, out_epfd)
-            job = job_class(client, addr, *job_args)
+            if jobs is not None:
+                job = jobs._make(client, addr, job_args)
+            else:
+                job = job_class(client, addr, *job_args)
             job.max_requests = left if limited else None
             try:
                 served = _run_job(job)  # job.run() (fastcgi_serve.pxi)
@@ -374,7 +379,10 @@ cdef class ChildJobs:
         self._on_idle = drain.on_idle
 
     def __call__(self, client, addr, *args):
-        job = self.new_job(client, addr, *args)
+        return self._make(client, addr, args)
+
+    cdef object _make(self, client, addr, tuple args):
+        job = _new_job(self.new_job, client, addr, args)  # connection.pxi
         drain = self.drain
         drain.job = job
         drain.client = client

@@ -1,0 +1,82 @@
+# A connection built per accepted socket without the interpreter: the twin of calling a
+# LoggedConnection class (flupfast/connection.py; SCGI's and uwsgi's connections) with
+# (sock, addr, server, timeout). Its two __init__ frames (LoggedConnection's and, through
+# super(), Connection's) were the largest Python left in a prefork child's request
+# (bench/profile-new-connection.md section 15). The same attributes are set in the same order
+# through the instance's own setattr; only while the class's construction runs nothing but
+# flupfast's own __init__ pair and object's __new__ (worked out per class, _ClassPlan). Any
+# other class, or arguments of another shape, is called. Included after scgi_serve.pxi.
+
+from threading import Lock as _Lock  # connection.py's, as it calls it
+
+cdef extern from *:
+    """
+    /* object.__new__(cls) without the call through its Python wrapper: object's tp_new with
+       no arguments (its checks run: an abstract class still refuses). */
+    static PyObject *flupfast_object_new(PyObject *cls) {
+        static PyObject *no_args = NULL;
+        if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
+            return NULL;
+        return PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
+    }
+    """
+    object flupfast_object_new(object cls)
+
+cdef object _object_init = object.__init__
+cdef dict _connection_loggers = None  # flupfast.connection's name -> logger cache
+cdef object _get_logger = _logging.getLogger
+
+
+cdef int _work_out_construction(cls) except -1:
+    """1 when ``cls(sock, addr, server, timeout)`` runs only flupfast's LoggedConnection and
+    Connection ``__init__`` (in that order along the MRO) after object's ``__new__``, under
+    the plain metaclass; else 0."""
+    global _connection_loggers
+    if type(cls) is not type:
+        return 0
+    logged_init = _OWN_METHODS.get('logged_init', _NOT_OWN)
+    connection_init = _OWN_METHODS.get('connection_init', _NOT_OWN)
+    expected = [logged_init, connection_init, _object_init]
+    for klass in (<type>cls).__mro__:
+        namespace = klass.__dict__
+        if klass is not object and '__new__' in namespace:
+            return 0
+        init = namespace.get('__init__')
+        if init is not None:
+            if not expected or init is not expected[0]:
+                return 0
+            del expected[0]
+    if expected:
+        return 0
+    if _connection_loggers is None:
+        from flupfast import connection
+        _connection_loggers = connection._loggers
+    return 1
+
+
+cdef _ClassPlan _construction_plan = _ClassPlan()
+
+
+cdef object _new_job(job_class, client, addr, tuple args):
+    """``job_class(client, addr, *args)``: a stock LoggedConnection class built here."""
+    if len(args) == 2 and _construction_plan.get(job_class, _work_out_construction):
+        return _new_logged_connection(job_class, client, addr, args[0], args[1])
+    return job_class(client, addr, *args)
+
+
+cdef object _new_logged_connection(cls, sock, addr, server, timeout):
+    """LoggedConnection.__init__(conn, sock, addr, server, timeout) on a new ``cls``, with
+    Connection.__init__ first, as its super() call runs it."""
+    conn = flupfast_object_new(cls)  # cls is a class (type(cls) is type)
+    conn._sock = sock
+    conn._addr = addr
+    conn._out = []
+    conn._send_lock = _Lock()
+    conn.server = server
+    conn._timeout = timeout
+    logger_name = conn.logger_name
+    logger = _connection_loggers.get(logger_name)
+    if logger is None:
+        logger = _connection_loggers[logger_name] = _get_logger(logger_name)
+    conn.logger = logger
+    return conn
