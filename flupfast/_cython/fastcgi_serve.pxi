@@ -279,6 +279,7 @@ cdef _FcgiStdout _output_stream(_FcgiStdout stream, _FcgiChain chain, _FcgiIO io
     stream._chain = chain
     stream._io = io
     stream._type = record_type
+    stream._direct = type(stream) is _FcgiStdout
     return stream
 
 

@@ -148,10 +148,15 @@ cdef class Response:
         cdef list headers
         if type(data) is not bytes:
             data = _gw_to_bytes(data, 'write() argument must be bytes')
+        responder = self.responder
+        cdef bint direct = isinstance(responder, PartsWriter) and (<PartsWriter>responder)._direct
         if self.headers_sent:
             if data:
                 self.sent += len(<bytes>data)
-                self.responder.send_body(data, more)
+                if direct:
+                    (<PartsWriter>responder)._write_parts((data,), more)
+                else:
+                    responder.send_body(data, more)
             return
         if self.status is None:
             raise AssertionError('write() before start_response()')
@@ -163,10 +168,15 @@ cdef class Response:
                 if len(name) == 14 and name.lower() == b'content-length':
                     break
             else:
-                headers.append((b'Content-Length', str(len(<bytes>data)).encode('latin-1')))
+                headers.append((b'Content-Length',
+                                PyBytes_FromFormat(b'%zd', PyBytes_GET_SIZE(data))))
         self.headers_sent = True
         self.sent = len(<bytes>data)
-        self.responder.send_head(self.status, headers, data, more)
+        if direct:
+            (<PartsWriter>responder)._write_parts(
+                (<PartsWriter>responder)._head_parts(self.status, headers, data), more)
+        else:
+            responder.send_head(self.status, headers, data, more)
 
     def send_file(self, filelike):
         """Send the headers, then the rest of ``filelike`` through the responder's
@@ -195,7 +205,7 @@ cdef object _run_application(application, environ, responder, app_lock):
     response.responder = responder
     response.sent = 0
     observer = _gw_globals['_observer']
-    token = None if observer is None else observer.begin(environ)
+    token = None if observer is None else _observer_begin(observer, environ)
     done = None  # None until the app's part ended without an exception
     if app_lock is not None:
         app_lock.acquire()
@@ -224,5 +234,5 @@ cdef object _run_application(application, environ, responder, app_lock):
         if app_lock is not None:
             app_lock.release()
         if observer is not None:
-            observer.end(token, response, done is None)
+            _observer_end(observer, token, response, done is None)
     return done

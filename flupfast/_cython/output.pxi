@@ -175,6 +175,11 @@ cdef class PartsWriter:
     STR_ENCODING = 'latin-1'
     status_prefix = CGI_STATUS_PREFIX
 
+    # Set where a compiled stream is built as its own class (not a subclass): its
+    # write_parts is then _write_parts, and the gateway calls that without the method calls
+    # of send_head and write_parts (gateway.pxi's Response).
+    cdef bint _direct
+
     def write(self, data):
         if isinstance(data, str):
             data = data.encode(self.STR_ENCODING)
@@ -185,6 +190,9 @@ cdef class PartsWriter:
             self.write(line)
 
     def send_head(self, status, headers, data, more):
+        self.write_parts(self._head_parts(status, headers, data), more)
+
+    cdef tuple _head_parts(self, status, headers, data):
         prefix = self.status_prefix
         # One part, so one record: joining a small body costs less than framing it apart.
         joined = len(data) <= _JOIN_HEAD_LIMIT
@@ -193,7 +201,11 @@ cdef class PartsWriter:
             head = _build_cgi_head(status, headers, prefix)
             if joined:
                 head += data
-        self.write_parts((head,) if joined else (head, data), more)
+        return (head,) if joined else (head, data)
+
+    cdef int _write_parts(self, parts, bint hold) except -1:
+        self.write_parts(parts, hold)
+        return 0
 
     def send_body(self, data, more):
         self.write_parts((data,), more)

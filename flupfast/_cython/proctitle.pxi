@@ -103,6 +103,9 @@ cdef class WorkerTitle:
         memset(self._area + end, 0, self._size - end)
 
     def begin(self, environ):
+        self._begin(environ)
+
+    cdef _begin(self, environ):
         method = environ.get('REQUEST_METHOD', '-')
         uri = environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')
         if self._area == NULL or type(method) is not str or type(uri) is not str or \
@@ -114,6 +117,9 @@ cdef class WorkerTitle:
         self._show(self._put(self._put(self._put(self._put(0, self.busy), method), ' '), uri))
 
     def end(self, token, response, failed):
+        self._end()
+
+    cdef _end(self):
         cdef Py_ssize_t n
         if self._area == NULL:
             self._set_title(self.idle)
@@ -121,3 +127,19 @@ cdef class WorkerTitle:
         n = len(self._idle_bytes)
         memcpy(self._area, <const char *>self._idle_bytes, n)
         self._show(n)
+
+
+# The gateway's calls of its request observer (gateway.pxi's _run_application): a WorkerTitle,
+# a prefork child's only observer unless logs or watches are on, without the method calls.
+cdef object _observer_begin(observer, environ):
+    if type(observer) is WorkerTitle:
+        (<WorkerTitle>observer)._begin(environ)
+        return None
+    return observer.begin(environ)
+
+
+cdef _observer_end(observer, token, response, bint failed):
+    if type(observer) is WorkerTitle:
+        (<WorkerTitle>observer)._end()
+    else:
+        observer.end(token, response, failed)

@@ -279,10 +279,14 @@ cdef class _RawOutputStream(PartsWriter):
     cdef Py_ssize_t _held_bytes
 
     def write_parts(self, parts, hold=False):
+        self._write_parts(parts, hold)
+
+    cdef int _write_parts(self, parts, bint hold) except -1:
         cdef list buffers = [part for part in parts if part]
         if buffers:
             self.dataWritten = True
             self._send(buffers, hold)
+        return 0
 
     cdef _send(self, list buffers, bint hold):
         if not self._own_send:
@@ -519,6 +523,7 @@ cdef _serve(conn, int flags):
     conn._body = body
     stdin = InputStream(body)
     output = _RawOutputStream.__new__(_RawOutputStream)
+    output._direct = True
     output._conn = conn
     output._sock = conn._sock
     output._own_send = flags & _OWN_SEND
