@@ -102,42 +102,44 @@ def decode_request(data, max_header=MAX_SCGI_HEADER_BYTES, max_pairs=MAX_PARAMS_
     Returns None while the netstring is incomplete, else ``(environ, content_length, used)``.
     """
     cdef Py_buffer view
-    cdef const unsigned char *p
-    cdef Py_ssize_t end, pos = 0, length = 0, start, stop
-    cdef Py_ssize_t cap = max_header
-    cdef Py_ssize_t pairs_cap = max_pairs
-    cdef int max_digits = _scgi_digits(cap)
-    cdef tuple decoded
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        p = <const unsigned char *>view.buf
-        end = view.len
-        while pos < end and 0x30 <= p[pos] <= 0x39:
-            length = length * 10 + (p[pos] - 0x30)
-            pos += 1
-            if pos > max_digits:
-                raise SCGIError('netstring length has more than %d digits (header block cap '
-                                '%d bytes)' % (max_digits, cap))
-        if pos > 1 and p[0] == 0x30:
-            raise SCGIError('invalid netstring length %r: leading zero'
-                            % PyBytes_FromStringAndSize(<char *>p, pos))
-        if length > cap:
-            raise SCGIError('SCGI header block of %d bytes exceeds the %d-byte cap'
-                            % (length, cap))
-        if pos == end:
-            return None
-        if p[pos] != 0x3A:
-            raise SCGIError('invalid netstring length: expected digits then ":", got %r'
-                            % PyBytes_FromStringAndSize(<char *>p, min(pos + 1, 16)))
-        if pos == 0:
-            raise SCGIError('invalid netstring length: empty')
-        start = pos + 1
-        stop = start + length
-        if end <= stop:
-            return None
-        if p[stop] != 0x2C:
-            raise SCGIError('netstring not terminated by ","')
-        decoded = _scgi_headers(p + start, length, pairs_cap)
-        return decoded[0], decoded[1], stop + 1
+        return _decode_scgi_at(<const unsigned char *>view.buf, view.len, max_header,
+                               max_pairs)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef object _decode_scgi_at(const unsigned char *p, Py_ssize_t end, Py_ssize_t cap,
+                            Py_ssize_t pairs_cap):
+    """decode_request on ``p[:end]``."""
+    cdef Py_ssize_t pos = 0, length = 0, start, stop
+    cdef int max_digits = _scgi_digits(cap)
+    cdef tuple decoded
+    while pos < end and 0x30 <= p[pos] <= 0x39:
+        length = length * 10 + (p[pos] - 0x30)
+        pos += 1
+        if pos > max_digits:
+            raise SCGIError('netstring length has more than %d digits (header block cap '
+                            '%d bytes)' % (max_digits, cap))
+    if pos > 1 and p[0] == 0x30:
+        raise SCGIError('invalid netstring length %r: leading zero'
+                        % PyBytes_FromStringAndSize(<char *>p, pos))
+    if length > cap:
+        raise SCGIError('SCGI header block of %d bytes exceeds the %d-byte cap'
+                        % (length, cap))
+    if pos == end:
+        return None
+    if p[pos] != 0x3A:
+        raise SCGIError('invalid netstring length: expected digits then ":", got %r'
+                        % PyBytes_FromStringAndSize(<char *>p, min(pos + 1, 16)))
+    if pos == 0:
+        raise SCGIError('invalid netstring length: empty')
+    start = pos + 1
+    stop = start + length
+    if end <= stop:
+        return None
+    if p[stop] != 0x2C:
+        raise SCGIError('netstring not terminated by ","')
+    decoded = _scgi_headers(p + start, length, pairs_cap)
+    return decoded[0], decoded[1], stop + 1

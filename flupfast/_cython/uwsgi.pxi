@@ -75,27 +75,30 @@ def decode_uwsgi_request(data, max_vars=MAX_UWSGI_VARS_BYTES, max_pairs=MAX_PARA
     Returns None while they are incomplete, else ``(environ, content_length, used)``.
     """
     cdef Py_buffer view
-    cdef const unsigned char *p
-    cdef Py_ssize_t end, size, cap = max_vars
-    cdef Py_ssize_t pairs_cap = max_pairs
-    cdef tuple decoded
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        p = <const unsigned char *>view.buf
-        end = view.len
-        if end == 0:
-            return None
-        if p[0] != 0:
-            raise UWSGIError('modifier1 %d is not served (only 0, a WSGI request)' % p[0])
-        if end < 4:
-            return None
-        size = _le16(p + 1)
-        if size > cap:
-            raise UWSGIError('uwsgi vars block of %d bytes exceeds the %d-byte cap'
-                             % (size, cap))
-        if end < 4 + size:
-            return None
-        decoded = _uwsgi_vars(p + 4, size, pairs_cap)
-        return decoded[0], decoded[1], 4 + size
+        return _decode_uwsgi_at(<const unsigned char *>view.buf, view.len, max_vars,
+                                max_pairs)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef object _decode_uwsgi_at(const unsigned char *p, Py_ssize_t end, Py_ssize_t cap,
+                             Py_ssize_t pairs_cap):
+    """decode_uwsgi_request on ``p[:end]``."""
+    cdef Py_ssize_t size
+    cdef tuple decoded
+    if end == 0:
+        return None
+    if p[0] != 0:
+        raise UWSGIError('modifier1 %d is not served (only 0, a WSGI request)' % p[0])
+    if end < 4:
+        return None
+    size = _le16(p + 1)
+    if size > cap:
+        raise UWSGIError('uwsgi vars block of %d bytes exceeds the %d-byte cap'
+                         % (size, cap))
+    if end < 4 + size:
+        return None
+    decoded = _uwsgi_vars(p + 4, size, pairs_cap)
+    return decoded[0], decoded[1], 4 + size
