@@ -223,7 +223,8 @@ cdef object _run_application(application, environ, responder, app_lock):
                     if not response.headers_sent:
                         response._send(b'', more)  # the body was empty: headers only
             finally:
-                if hasattr(result, 'close'):
+                # A plain list (most apps' result) has no close: no attribute lookup for it.
+                if type(result) is not list and hasattr(result, 'close'):
                     result.close()
             done = True
         except OSError as exc:
