@@ -100,13 +100,14 @@ TWINS = (
     ("uwsgi_url_scheme", "uwsgi_url_scheme", "flupfast.protocols.uwsgi", "url_scheme"),
     ("WorkerTitle", "WorkerTitle", "flupfast.ops.proctitle", "WorkerTitle"),
     ("run_job", "run_job", "flupfast.serving.job", "run_job"),
+    ("new_job", "new_job", "flupfast.serving.job", "new_job"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
 # importing a codec must not load; the SCGI and FastCGI connections import this module (and
-# ops.proctitle, whose WorkerTitle is a twin; serving.job, whose run_job is one).
+# ops.proctitle, whose WorkerTitle is a twin; serving.job, whose run_job and new_job are).
 LAZY = frozenset({"serve_child", "ChildJobs", "Leader", "serve_scgi", "run_scgi", "run_fcgi",
-                  "WorkerTitle", "run_job"})
+                  "WorkerTitle", "run_job", "new_job"})
 
 
 def runs_compiled(kind):

@@ -57,6 +57,11 @@ cdef int _work_out_construction(cls) except -1:
 cdef _ClassPlan _construction_plan = _ClassPlan()
 
 
+def new_job(job_class, client, addr, args):
+    """``job_class(client, addr, *args)``; see serving.job.new_job."""
+    return _new_job(job_class, client, addr, args if type(args) is tuple else tuple(args))
+
+
 cdef object _new_job(job_class, client, addr, tuple args):
     """``job_class(client, addr, *args)``: a stock LoggedConnection class built here."""
     if len(args) == 2 and _construction_plan.get(job_class, _work_out_construction):

@@ -112,6 +112,13 @@ class JobSource:
         self.new_job = job_factory(value) if value is not None else None
 
 
+def new_job(job_class, client, addr, args):
+    """``job_class(client, addr, *args)``, as a mode builds the job of an accepted connection
+    (_impl.new_job). The compiled twin builds a stock SCGI/uwsgi connection without the
+    Python frames of its two ``__init__`` (_cython/connection.pxi)."""
+    return job_class(client, addr, *args)
+
+
 def run_job(job):
     """``job.run()``, as a mode runs a job (_impl.run_job). The compiled twin hands a
     connection whose ``run`` is flupfast's own straight to its compiled loop, without the

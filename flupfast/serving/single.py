@@ -9,6 +9,7 @@ import selectors
 import socket
 import time
 
+from flupfast import _impl
 from flupfast.limits import ACCEPT_BACKOFF
 from flupfast.serving.job import END, WAIT, JobSource
 from flupfast.serving.listen import (
@@ -111,7 +112,7 @@ class AcceptLoop(JobSource, LoopControl):
         if not self.is_client_allowed(addr):
             client.close()
             return
-        job = self.new_job(client, addr, *self.job_args)
+        job = _impl.new_job(self.new_job, client, addr, self.job_args)
         self.dispatch(job, client)
 
     def loop_opened(self, sock):

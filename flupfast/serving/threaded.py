@@ -219,7 +219,7 @@ class ThreadedMode(AcceptLoop):
             if not self.is_client_allowed(addr):
                 client.close()
                 continue
-            job = self.new_job(client, addr, *self.job_args)
+            job = _impl.new_job(self.new_job, client, addr, self.job_args)
             if not job.can_park:
                 self.dispatch(job, client)
                 continue
@@ -274,7 +274,7 @@ class ThreadedMode(AcceptLoop):
         if not self.is_client_allowed(addr):
             client.close()
             return
-        job = self.new_job(client, addr, *self.job_args)
+        job = _impl.new_job(self.new_job, client, addr, self.job_args)
         parked = self.parked
         parkable = parked is not None and parked.open and job.can_park
         # Tracked as a job that never parks, whatever it is: a new connection, the path of

@@ -143,3 +143,16 @@ def test_the_compiled_twin_runs_no_init_frame(backend, pair):
         sys.setprofile(None)
     inits = frames.count('__init__')
     assert inits == (2 if backend.name == 'py' else 0), frames
+
+
+@pytest.mark.parametrize('args', [('server', None), ['server', 1.5]], ids=['tuple', 'list'])
+def test_the_modes_build_jobs_through_new_job(backend, pair, args):
+    """Thread and single mode build each job through ``new_job`` (the same twin as the child's
+    factory): the stock class built as its call builds it, any other called with the args."""
+    server = _Server()
+    args = type(args)([server] + list(args[1:]))
+    built = backend.new_job(UWSGIConnection, pair[1], 'peer', args)
+    assert _state(built) == _state(UWSGIConnection(pair[1], 'peer', *args))
+    seen = []
+    backend.new_job(lambda *given: seen.append(given), pair[1], 'peer', args)
+    assert seen == [(pair[1], 'peer') + tuple(args)]
