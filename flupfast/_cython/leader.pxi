@@ -55,16 +55,16 @@ cdef object _c_socket_init = _c_socket_base.__init__
 _KNOWN_SOCKET_SLOTS = ["__weakref__", "_io_refs", "_closed"]
 
 # _socket's own init of an accepted fd calls getsockname() to check that the fd is a socket:
-# a syscall per connection for what accept4 has just said. Up to CPython 3.11 its object's
-# state is four ints and a timeout (Modules/socketmodule.h, PySocketSockObject, not in the
-# public headers); 3.12 added a pointer to the module's state that only the init sets, so
-# there the init runs (flupfast_direct_socket_state). Where the layout below reads back what
-# _socket itself set on real sockets (_socket_layout_holds, checked once), an accepted fd's
-# socket gets its fd, family, type and protocol written there directly, after _socket's
-# __new__ has set the rest (no fd, blocking, its error handler). Without the check's
-# agreement, or with a default timeout set (init then sets the fd non-blocking), _socket's
-# init runs. What is skipped besides the syscall: the "socket.__new__" audit event, which
-# socket.accept() raises.
+# a syscall per connection for what accept4 has just said. Its object's state is four ints, an
+# error handler and a timeout (Modules/socketmodule.h, PySocketSockObject, not in the public
+# headers), and from CPython 3.12 on a pointer to the module's state, which only the init
+# sets. Where the layout below reads back what _socket itself set on real sockets
+# (_socket_layout_holds, checked once; up to 3.13, the layouts known), an accepted fd's socket
+# gets its fd, family, type and protocol written there directly, and from 3.12 on the module
+# state the check's sockets hold, after _socket's __new__ has set the rest (no fd, blocking,
+# its error handler). Without the check's agreement, or with a default timeout set (init then
+# sets the fd non-blocking), _socket's init runs. What is skipped besides the syscall: the
+# "socket.__new__" audit event, which socket.accept() raises.
 cdef extern from *:
     """
     typedef struct {
@@ -75,9 +75,27 @@ cdef extern from *:
         int sock_proto;
         void *errorhandler;
         long long sock_timeout;  /* nanoseconds; negative: blocking, no timeout */
+    #if PY_VERSION_HEX >= 0x030C0000
+        void *module_state;      /* 3.12+: set by the init alone */
+    #endif
     } flupfast_socket_state;
-    /* 3.12+ sockets also point at the module's state, set by the init alone. */
-    #define flupfast_direct_socket_state (PY_VERSION_HEX < 0x030C0000)
+    #define flupfast_direct_socket_state (PY_VERSION_HEX < 0x030E0000)
+    static inline void *flupfast_socket_module_state(PyObject *sock) {
+    #if PY_VERSION_HEX >= 0x030C0000
+        return ((flupfast_socket_state *)sock)->module_state;
+    #else
+        (void)sock;
+        return NULL;
+    #endif
+    }
+    static inline void flupfast_set_socket_module_state(PyObject *sock, void *state) {
+    #if PY_VERSION_HEX >= 0x030C0000
+        ((flupfast_socket_state *)sock)->module_state = state;
+    #else
+        (void)sock; (void)state;
+    #endif
+    }
+    #define FLUPFAST_SOCKET_HAS_MODULE_STATE (PY_VERSION_HEX >= 0x030C0000)
     """
     ctypedef struct flupfast_socket_state:
         int sock_fd
@@ -86,8 +104,12 @@ cdef extern from *:
         int sock_proto
         long long sock_timeout
     bint flupfast_direct_socket_state
+    bint FLUPFAST_SOCKET_HAS_MODULE_STATE
+    void *flupfast_socket_module_state(object sock)
+    void flupfast_set_socket_module_state(object sock, void *state)
 
 cdef int _layout_known = -1  # -1: not checked yet
+cdef void *_socket_module_state = NULL  # 3.12+: what every socket of this interpreter holds
 
 
 cdef bint _state_is(sock, int fd, family, type_, proto, long long timeout):
@@ -99,7 +121,11 @@ cdef bint _state_is(sock, int fd, family, type_, proto, long long timeout):
 
 cdef bint _socket_layout_holds():
     """Whether flupfast_socket_state is _socket's layout here: what _socket set in a new
-    object and in two real sockets (blocking, then with a timeout) reads back through it."""
+    object and in two real sockets (blocking, then with a timeout) reads back through it;
+    from 3.12 on also no module state in the new object, and one and the same in the two
+    (kept for the sockets built here)."""
+    global _socket_module_state
+    cdef void *module_state
     import socket
     if not flupfast_direct_socket_state or type(_c_socket_base.__basicsize__) is not int or \
             _c_socket_base.__basicsize__ < sizeof(flupfast_socket_state):
@@ -117,7 +143,15 @@ cdef bint _socket_layout_holds():
                 one, one.fileno(), one.family, one.type, one.proto, -1000000000):
             return False
         two.settimeout(1.5)
-        return _state_is(two, two.fileno(), two.family, two.type, two.proto, 1500000000)
+        if not _state_is(two, two.fileno(), two.family, two.type, two.proto, 1500000000):
+            return False
+        if FLUPFAST_SOCKET_HAS_MODULE_STATE:
+            module_state = flupfast_socket_module_state(one)
+            if flupfast_socket_module_state(fresh) != NULL or module_state == NULL or \
+                    flupfast_socket_module_state(two) != module_state:
+                return False
+            _socket_module_state = module_state
+        return True
     finally:
         one.close()
         two.close()
@@ -149,6 +183,7 @@ cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
         state.sock_type = type_
         state.sock_proto = proto
         state.sock_fd = fd
+        flupfast_set_socket_module_state(sock, _socket_module_state)
     else:
         _c_socket_init(sock, family, type_, proto, fd)
     sock._io_refs = 0

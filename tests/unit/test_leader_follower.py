@@ -186,8 +186,8 @@ print(seen[1:])
 
 def test_the_compiled_accept_skips_the_sockets_init_where_it_may(tmp_path):
     """The compiled accept builds the socket without _socket's init (and its getsockname)
-    up to CPython 3.11 with no default timeout: no "socket.__new__" audit event, which the
-    init raises; with a default timeout, and from 3.12 on, the init runs."""
+    with no default timeout, up to CPython 3.13 (the layouts it knows): no "socket.__new__"
+    audit event, which the init raises; with a default timeout the init runs."""
     import subprocess
     import sys
     from tests.conftest import COMPILED
@@ -197,8 +197,54 @@ def test_the_compiled_accept_skips_the_sockets_init_where_it_may(tmp_path):
     out = subprocess.run([sys.executable, "-c", AUDIT_SCRIPT], capture_output=True, timeout=60,
                          cwd=root, env=dict(os.environ, PYTHONPATH=root))
     assert out.returncode == 0, out.stderr.decode()
-    direct = sys.version_info < (3, 12)
+    direct = sys.version_info < (3, 14)
     assert out.stdout.decode().strip() == str([0 if direct else 1, 1])
+
+
+STATE_SCRIPT = r"""
+import socket
+from flupfast._speedups import Leader
+listener = socket.socket(socket.AF_INET)
+listener.bind(("127.0.0.1", 0))
+listener.listen(8)
+listener.setblocking(False)
+leader = Leader(listener)
+seen = []
+for _ in range(2):  # the first makes the layout check's pair
+    peer = socket.create_connection(listener.getsockname())
+    client, _ = leader.lead()
+    # What reads the module's state (3.12+): the errors it holds, a new socket from this one.
+    try:
+        client.sendto(b"x", ("name.invalid.", 9))
+    except socket.gaierror:
+        seen.append("gaierror")
+    try:
+        client._accept()
+    except OSError:
+        seen.append("oserror")
+    copy = client.dup()
+    peer.sendall(b"ok")
+    seen.append(copy.recv(2).decode())
+    copy.close()
+    client.close()
+    peer.close()
+print(seen[3:])
+"""
+
+
+def test_a_socket_built_without_the_init_has_what_the_init_sets(backend):
+    """From CPython 3.12 on a socket also holds its module's state, which only _socket's init
+    sets: the compiled accept copies it, so what reads it (its errors, a dup) works as on a
+    socket from accept(). In a process of its own: a missing state would crash it."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = STATE_SCRIPT.replace("flupfast._speedups", "flupfast.serving.leader") \
+        if backend.name == 'py' else STATE_SCRIPT
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
+                         cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().strip() == str(["gaierror", "oserror", "ok"])
 
 
 def test_lead_builds_a_replaced_socket_class_by_calling_it(backend, unix_listener,
