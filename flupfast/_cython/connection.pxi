@@ -7,7 +7,7 @@
 # flupfast's own __init__ pair and object's __new__ (worked out per class, _ClassPlan). Any
 # other class, or arguments of another shape, is called. Included after scgi_serve.pxi.
 
-from threading import Lock as _Lock  # connection.py's, as it calls it
+import threading as _threading
 
 cdef extern from *:
     """
@@ -23,15 +23,14 @@ cdef extern from *:
     object flupfast_object_new(object cls)
 
 cdef object _object_init = object.__init__
-cdef dict _connection_loggers = None  # flupfast.connection's name -> logger cache
-cdef object _get_logger = _logging.getLogger
+cdef object _connection_module = None  # flupfast.connection, once a class was worked out
 
 
 cdef int _work_out_construction(cls) except -1:
     """1 when ``cls(sock, addr, server, timeout)`` runs only flupfast's LoggedConnection and
     Connection ``__init__`` (in that order along the MRO) after object's ``__new__``, under
     the plain metaclass; else 0."""
-    global _connection_loggers
+    global _connection_module
     if type(cls) is not type:
         return 0
     logged_init = _OWN_METHODS.get('logged_init', _NOT_OWN)
@@ -41,16 +40,15 @@ cdef int _work_out_construction(cls) except -1:
         namespace = klass.__dict__
         if klass is not object and '__new__' in namespace:
             return 0
-        init = namespace.get('__init__')
-        if init is not None:
-            if not expected or init is not expected[0]:
+        if '__init__' in namespace:  # even None: calling the class then fails, as it should
+            if not expected or namespace['__init__'] is not expected[0]:
                 return 0
             del expected[0]
     if expected:
         return 0
-    if _connection_loggers is None:
+    if _connection_module is None:
         from flupfast import connection
-        _connection_loggers = connection._loggers
+        _connection_module = connection
     return 1
 
 
@@ -71,17 +69,20 @@ cdef object _new_job(job_class, client, addr, tuple args):
 
 cdef object _new_logged_connection(cls, sock, addr, server, timeout):
     """LoggedConnection.__init__(conn, sock, addr, server, timeout) on a new ``cls``, with
-    Connection.__init__ first, as its super() call runs it."""
+    Connection.__init__ first, as its super() call runs it. What the two look up at each call
+    (threading.Lock, the module's _loggers, logging.getLogger) is looked up here too: a
+    monkeypatch made after import (gevent's) applies alike."""
     conn = flupfast_object_new(cls)  # cls is a class (type(cls) is type)
     conn._sock = sock
     conn._addr = addr
     conn._out = []
-    conn._send_lock = _Lock()
+    conn._send_lock = _threading.Lock()
     conn.server = server
     conn._timeout = timeout
     logger_name = conn.logger_name
-    logger = _connection_loggers.get(logger_name)
+    loggers = _connection_module._loggers
+    logger = loggers.get(logger_name)
     if logger is None:
-        logger = _connection_loggers[logger_name] = _get_logger(logger_name)
+        logger = loggers[logger_name] = _logging.getLogger(logger_name)
     conn.logger = logger
     return conn

@@ -331,7 +331,7 @@ cdef Py_ssize_t _PAIRS_CAP = MAX_PARAMS_PAIRS  # the defaults of both codecs' si
 cdef tuple _read_head(conn, decode, int flags):
     """SCGIConnection._read_header, compiled: (environ, content_length, body bytes received
     with the head)."""
-    cdef Py_ssize_t n = 0, used, take
+    cdef Py_ssize_t n = 0, start, take
     cdef const unsigned char *received = NULL
     data = None
     conn.idle = True  # no request byte yet: a stop may end the wait
@@ -350,23 +350,24 @@ cdef tuple _read_head(conn, decode, int flags):
         conn.idle = False
     if n == 0:
         raise EOFError  # closed before a request: a health check, not an error
-    if received != NULL:
+    if received != NULL and (decode is _own_uwsgi_decode or decode is _own_scgi_decode):
+        # The extension's codecs: 0 <= used <= n and 0 <= content_length, by construction.
         if decode is _own_uwsgi_decode:
             decoded = _decode_uwsgi_at(received, n, _UWSGI_CAP, _PAIRS_CAP)
-        elif decode is _own_scgi_decode:
-            decoded = _decode_scgi_at(received, n, _SCGI_CAP, _PAIRS_CAP)
         else:
-            decoded = decode(pair[1][:n])
+            decoded = _decode_scgi_at(received, n, _SCGI_CAP, _PAIRS_CAP)
         if decoded is not None:
-            environ, content_length, used = decoded
+            environ, content_length, start = decoded
             # Bytes beyond CONTENT_LENGTH are not ours to read: one request per connection.
-            take = n - used
+            take = n - start
             if content_length < take:
                 take = content_length
             return environ, content_length, PyBytes_FromStringAndSize(
-                <const char *>received + used, take)
+                <const char *>received + start, take)
         data = pair[1][:n]
     else:
+        if received != NULL:
+            data = pair[1][:n]
         decoded = decode(data)
     if decoded is None:
         head = bytearray(data)  # the head spans receives: gather it

@@ -92,6 +92,42 @@ def test_a_class_that_builds_otherwise_is_called(backend, pair, cls, mine):
     assert type(conn) is cls and conn.mine == mine and conn._sock is pair[1]
 
 
+class _NoInit:
+    __init__ = None
+
+
+class _InitNone(_NoInit, SCGIConnection):
+    """An ``__init__`` of None in the MRO: calling the class fails, so must building it."""
+
+
+def test_an_init_of_none_fails_as_the_call_does(backend, pair):
+    with pytest.raises(TypeError):
+        backend.ChildJobs(_InitNone, ChildDrain())(pair[1], 'peer', _Server(), None)
+
+
+def test_what_the_inits_look_up_is_looked_up_at_each_build(backend, pair, monkeypatch):
+    """threading.Lock, connection._loggers and logging.getLogger, patched after import (as
+    gevent patches the lock), apply to the compiled build as to the call."""
+    import threading
+    from flupfast import connection
+
+    class Lock:
+        pass
+    made, get_logger = [], logging.getLogger
+
+    def getLogger(name=None):
+        made.append(name)
+        return get_logger(name)
+    monkeypatch.setattr(threading, 'Lock', Lock)
+    monkeypatch.setattr(connection, '_loggers', {})
+    monkeypatch.setattr(logging, 'getLogger', getLogger)
+    conn = backend.new_job(SCGIConnection, pair[1], 'peer', (_Server(), None))
+    name = SCGIConnection.logger_name
+    assert type(conn._send_lock) is Lock
+    assert conn.logger is get_logger(name) and made.count(name) == 1
+    assert connection._loggers == {name: conn.logger}
+
+
 def test_a_class_attribute_names_the_logger(backend, pair):
     conn = backend.ChildJobs(_NamedLogger, ChildDrain())(pair[1], 'peer', _Server())
     assert conn.logger is logging.getLogger('flupfast-test-named')
