@@ -9,7 +9,6 @@ import logging
 import socket
 import struct
 import termios
-import threading
 import time
 
 from flupfast import _impl
@@ -55,13 +54,16 @@ class Connection(Job):
     # constructor writes costs (the instance's dict).
     closed = False
     _out_bytes = 0
+    # Held around a send only where several threads send on one connection: a multiplexed
+    # FastCGI connection's requests and its reading thread (fastcgi_connection.py sets it).
+    # Every other connection is served, and sends, in one thread at a time.
+    _send_lock = None
 
     @_impl.runs_compiled('connection_init')
     def __init__(self, sock, addr):
         self._sock = sock
         self._addr = addr
         self._out = []
-        self._send_lock = threading.Lock()
 
     @_impl.runs_compiled('recv_some')
     def recv_some(self, limit=0):
@@ -77,23 +79,34 @@ class Connection(Job):
     @_impl.runs_compiled('send')
     def send(self, buffers, hold=False):
         """Queue ``buffers``; send everything queued unless ``hold`` and under the limit."""
-        with self._send_lock:
-            self._out += buffers
-            if hold:
-                for buf in buffers:
-                    self._out_bytes += len(buf)
-                if self._out_bytes < COALESCE_LIMIT:
-                    return
-            out = self._out
-            self._out = []
-            self._out_bytes = 0
-            _impl.send_buffers(self._sock, out)
+        lock = self._send_lock
+        if lock is None:
+            self._queue_and_send(buffers, hold)
+        else:
+            with lock:
+                self._queue_and_send(buffers, hold)
+
+    def _queue_and_send(self, buffers, hold):
+        self._out += buffers
+        if hold:
+            for buf in buffers:
+                self._out_bytes += len(buf)
+            if self._out_bytes < COALESCE_LIMIT:
+                return
+        out = self._out
+        self._out = []
+        self._out_bytes = 0
+        _impl.send_buffers(self._sock, out)
 
     def send_file(self, filelike):
         """Send a regular file from its current position to the end (``os.sendfile``; the
         file's position is left after the bytes sent)."""
-        with self._send_lock:
+        lock = self._send_lock
+        if lock is None:
             self._sock.sendfile(filelike, filelike.tell())
+        else:
+            with lock:
+                self._sock.sendfile(filelike, filelike.tell())
 
     def linger_close(self, seconds=LINGER_SECONDS):
         """Half-close, discard what the peer still sends for a bounded time, then close, so

@@ -145,6 +145,8 @@ class FastCGIConnection(Connection):
         multiplexed = self.multiplexed
         if multiplexed is None:
             multiplexed = self.multiplexed = config.multiplexed
+        if multiplexed:  # the request threads send beside the reading thread
+            self._send_lock = threading.Lock()
         self.can_park = not multiplexed
         self.max_content = config.max_content
         self._parser = _impl.FastCGIParser()

@@ -7,8 +7,6 @@
 # flupfast's own __init__ pair and object's __new__ (worked out per class, _ClassPlan). Any
 # other class, or arguments of another shape, is called. Included after scgi_serve.pxi.
 
-import threading as _threading
-
 cdef extern from *:
     """
     /* object.__new__(cls) without the call through its Python wrapper: object's tp_new with
@@ -69,14 +67,13 @@ cdef object _new_job(job_class, client, addr, tuple args):
 
 cdef object _new_logged_connection(cls, sock, addr, server, timeout):
     """LoggedConnection.__init__(conn, sock, addr, server, timeout) on a new ``cls``, with
-    Connection.__init__ first, as its super() call runs it. What the two look up at each call
-    (threading.Lock, the module's _loggers, logging.getLogger) is looked up here too: a
-    monkeypatch made after import (gevent's) applies alike."""
+    Connection.__init__ first, as its super() call runs it. What LoggedConnection's looks up at
+    each call (the module's _loggers, logging.getLogger) is looked up here too: a monkeypatch
+    made after import applies alike."""
     conn = flupfast_object_new(cls)  # cls is a class (type(cls) is type)
     conn._sock = sock
     conn._addr = addr
     conn._out = []
-    conn._send_lock = _threading.Lock()
     conn.server = server
     conn._timeout = timeout
     logger_name = conn.logger_name

@@ -213,7 +213,7 @@ cdef class _FcgiInput:
                 return b''
             if self._io.aborted:
                 raise _ClientDisconnected(_fcgi_py['_aborted_message'](self._type))
-            if chain.at >= len(chain.events) and not chain.read_events():
+            if chain.at >= len(chain.events) and not chain.read_events(True):
                 raise _ClientDisconnected(
                     'the web server closed the connection before the end of FCGI_%s'
                     % _fcgi_py['_stream_name'](self._type))
@@ -347,11 +347,12 @@ cdef class _FcgiChain:
 
     # -- reading -----------------------------------------------------------------------------
 
-    cdef bint read_events(self) except -1:
-        """Receive once and queue the events; False at EOF."""
+    cdef bint read_events(self, bint expected) except -1:
+        """Receive once and queue the events; False at EOF. ``expected``: inside a request,
+        or its first: the bytes are likely there (sockio.pxi's _recv_into)."""
         cdef tuple pair = _thread_buffer()
         buf = pair[0]
-        cdef Py_ssize_t n = _recv_into(self.sock, buf, 0)
+        cdef Py_ssize_t n = _recv_into(self.sock, buf, 0, expected)
         if n == 0:
             self.conn._eof = True
             return False
@@ -393,13 +394,13 @@ cdef class _FcgiChain:
                         if answer is not _WAIT:
                             conn.parked = answer is _PARK
                             return 0
-                        if not self.read_events():
+                        if not self.read_events(False):
                             return 0
                     finally:
                         conn.idle = False
                 else:
                     ready = False
-                    if not self.read_events():
+                    if not self.read_events(True):
                         return 0
             while self.at < len(self.events) and not self.closed:
                 self.dispatch_next()

@@ -76,9 +76,11 @@ def send_buffers(sock, list buffers):
     cdef object sendmsg_ = None
     cdef list batch
     cdef int fd
+    cdef flupfast_socket_state *state
     if count == 0:
         return
-    fd = sock.fileno()
+    state = _socket_state_of(sock)  # sockio.pxi: Python's socket read in place
+    fd = state.sock_fd if state != NULL else sock.fileno()
     if fd >= 0:
         sent = _send_nowait(fd, buffers, count)
         if sent >= 0:

@@ -331,7 +331,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             if accepted is None:
                 continue  # another child won the race for this connection
             client, addr = accepted
-            if not (linux and client_timeout is None and client.gettimeout() is None):
+            if not (linux and client_timeout is None and _has_no_timeout(client)):
                 client.settimeout(client_timeout)  # else already blocking: no ioctl
             if tcp:
                 set_nodelay(client)

@@ -211,7 +211,7 @@ cdef object _receive(conn, Py_ssize_t limit):
     buf = _thread_buffer()[0]
     if limit > _RECV_SIZE:
         limit = _RECV_SIZE
-    n = _recv_into(conn._sock, buf, limit)
+    n = _recv_into(conn._sock, buf, limit, True)  # inside a request: likely there
     return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buf), n)
 
 
@@ -341,7 +341,7 @@ cdef tuple _read_head(conn, decode, int flags):
         if on_idle is _wait_always or on_idle(conn, False) is _WAIT:
             if flags & _OWN_RECV:
                 pair = _thread_buffer()
-                n = _recv_into(conn._sock, pair[0], 0)
+                n = _recv_into(conn._sock, pair[0], 0, True)
                 received = <const unsigned char *>PyByteArray_AS_STRING(pair[0])
             else:
                 data = conn.recv_some()

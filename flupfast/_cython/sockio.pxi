@@ -23,18 +23,50 @@ cdef object _SocketClass = _socket_module.socket
 cdef object _c_detach = _c_socket.detach  # the fd let go of, without socket.py's wrapper
 
 
+cdef flupfast_socket_state *_socket_state_of(sock) except? NULL:
+    """The state of ``sock`` read in place (leader.pxi's flupfast_socket_state): NULL unless
+    it is Python's own socket class and the layout check agreed (up to 3.13)."""
+    global _layout_known
+    if type(sock) is not _SocketClass:
+        return NULL
+    if _layout_known < 0:
+        _layout_known = _socket_layout_holds()
+    if not _layout_known:
+        return NULL
+    return <flupfast_socket_state *><PyObject *>sock
+
+
+cdef bint _has_no_timeout(sock) except -1:
+    """``sock.gettimeout() is None``."""
+    cdef flupfast_socket_state *state = _socket_state_of(sock)
+    if state != NULL:
+        return state.sock_timeout < 0
+    return sock.gettimeout() is None
+
+
 def recv_into(sock, buf, Py_ssize_t limit=0):
     """The bytes received into ``buf`` (0 at EOF); see sockio.recv_into."""
-    return _recv_into(sock, buf, limit)
+    return _recv_into(sock, buf, limit, False)
 
 
-cdef object _recv_into(sock, buf, Py_ssize_t limit):
+cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
+    """sock.recv_into(buf, limit). ``expected``: the bytes are likely there already (a new
+    connection's request head), so a GIL-held try pays even where no thread contends."""
     cdef Py_buffer view
     cdef Py_ssize_t got
     cdef int fd, err
-    if not _threads_contend or type(sock) is not _SocketClass:
-        return sock.recv_into(buf, limit)   # (leader.pxi: no serving threads to hand off to)
-    fd = sock.fileno()
+    cdef bint blocking
+    cdef flupfast_socket_state *state = _socket_state_of(sock)
+    if state != NULL:
+        # Python's socket read in place (leader.pxi's layout check): no method call, and no
+        # timeout to honour when sock_timeout says blocking.
+        fd = state.sock_fd
+        blocking = state.sock_timeout < 0
+    elif _threads_contend and type(sock) is _SocketClass:
+        fd = sock.fileno()
+        blocking = False
+    else:
+        return sock.recv_into(buf, limit)
     if fd < 0 or limit < 0:
         return sock.recv_into(buf, limit)  # closed, or a bad limit: Python's own error
     try:
@@ -46,28 +78,50 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit):
             if limit > view.len:
                 raise ValueError("buffer too small for requested bytes")
             limit = view.len
-        got = c_recv(fd, view.buf, <size_t>limit, MSG_DONTWAIT)
-        if got >= 0:
-            return got
-        err = errno
-        if err != EAGAIN and err != EWOULDBLOCK and err != EINTR:
-            PyErr_SetFromErrno(OSError)  # errno is still recv's
-            return None
+        if expected or _threads_contend:
+            got = c_recv(fd, view.buf, <size_t>limit, MSG_DONTWAIT)
+            if got >= 0:
+                return got
+            err = errno
+            if err != EAGAIN and err != EWOULDBLOCK and err != EINTR:
+                PyErr_SetFromErrno(OSError)  # errno is still recv's
+                return None
+            if err == EINTR:
+                blocking = False  # Python's method runs the handlers, then waits
+        if blocking:
+            # Nothing there yet: wait as sock_recv_into waits on a blocking socket, the GIL
+            # released.
+            with nogil:
+                got = c_recv(fd, view.buf, <size_t>limit, 0)
+            if got >= 0:
+                return got
+            if errno != EINTR:
+                PyErr_SetFromErrno(OSError)
+                return None
+            # A signal: its handlers run now (one may raise, or close the socket), as
+            # sock_recv_into runs them, then Python's method waits on.
+            PyErr_CheckSignals()
     finally:
         PyBuffer_Release(&view)
-    # Nothing there yet (or a signal): wait as Python does, GIL released, timeout honoured.
+    # A timeout to honour, or a signal handled: Python's own method from here.
     return sock.recv_into(buf, limit)
 
 
 def close_socket(sock):
     """``sock.close()``; see sockio.close_socket."""
     cdef int fd, err
+    cdef flupfast_socket_state *state
     # socket.socket.close() closes the fd only when no makefile() stream holds it.
     if type(sock) is not _SocketClass or sock._io_refs > 0:
         sock.close()
         return
     sock._closed = True      # what socket.socket.close() sets before closing
-    fd = _c_detach(sock)     # the object lets go of the fd: -1 if already closed
+    state = _socket_state_of(sock)
+    if state != NULL:        # what detach() does, without its call
+        fd = state.sock_fd
+        state.sock_fd = -1
+    else:
+        fd = _c_detach(sock)  # the object lets go of the fd: -1 if already closed
     if fd < 0:
         return
     if c_close(fd) < 0:

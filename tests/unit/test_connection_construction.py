@@ -18,10 +18,7 @@ class _Server:
 
 def _state(conn):
     """What construction set, comparable across two connections on one socket pair."""
-    state = dict(vars(conn))
-    lock = state.pop('_send_lock')
-    assert type(lock) is type(__import__('threading').Lock()) and not lock.locked()
-    return state
+    return dict(vars(conn))
 
 
 @pytest.fixture
@@ -106,24 +103,19 @@ def test_an_init_of_none_fails_as_the_call_does(backend, pair):
 
 
 def test_what_the_inits_look_up_is_looked_up_at_each_build(backend, pair, monkeypatch):
-    """threading.Lock, connection._loggers and logging.getLogger, patched after import (as
-    gevent patches the lock), apply to the compiled build as to the call."""
-    import threading
+    """connection._loggers and logging.getLogger, patched after import, apply to the
+    compiled build as to the call."""
     from flupfast import connection
 
-    class Lock:
-        pass
     made, get_logger = [], logging.getLogger
 
     def getLogger(name=None):
         made.append(name)
         return get_logger(name)
-    monkeypatch.setattr(threading, 'Lock', Lock)
     monkeypatch.setattr(connection, '_loggers', {})
     monkeypatch.setattr(logging, 'getLogger', getLogger)
     conn = backend.new_job(SCGIConnection, pair[1], 'peer', (_Server(), None))
     name = SCGIConnection.logger_name
-    assert type(conn._send_lock) is Lock
     assert conn.logger is get_logger(name) and made.count(name) == 1
     assert connection._loggers == {name: conn.logger}
 

@@ -140,6 +140,49 @@ def test_send_file_sends_from_the_files_position_and_leaves_it_at_the_end(pair, 
     assert read_to_eof(ours) == b'3456789'
 
 
+class _WatchedLock:
+    """A lock that says whether it was held while the connection sent."""
+
+    def __init__(self, sock):
+        self._lock = threading.Lock()
+        self._sock = sock
+        self.held_while_sending = []
+
+    def __enter__(self):
+        self._lock.acquire()
+
+    def __exit__(self, *exc):
+        self.held_while_sending.append(self._lock.locked())
+        self._lock.release()
+
+
+@pytest.mark.parametrize('send', ['send', 'send_file'])
+def test_a_connection_with_a_send_lock_sends_under_it(use_backend, pair, tmp_path, send):
+    """Only a multiplexed FastCGI connection has a ``_send_lock`` (its request threads send
+    beside the reading thread); where one is set, every send is made under it."""
+    ours, theirs = pair
+    conn = Connection(theirs, '')
+    assert conn._send_lock is None  # one thread serves it: nothing to hold
+    conn._send_lock = lock = _WatchedLock(theirs)
+    if send == 'send':
+        conn.send([b'under'])
+    else:
+        path = tmp_path / 'body'
+        path.write_bytes(b'under')
+        with open(path, 'rb') as f:
+            conn.send_file(f)
+    assert lock.held_while_sending == [True]
+    assert read_exactly(ours, 5) == b'under'
+
+
+def test_only_a_multiplexed_fastcgi_connection_takes_a_send_lock(pair):
+    from flupfast.fastcgi_connection import FastCGIConfig, FastCGIConnection
+    server = types.SimpleNamespace()
+    for multiplexed in (False, True):
+        conn = FastCGIConnection(pair[1], '', server, config=FastCGIConfig(multiplexed))
+        assert (type(conn._send_lock) is type(threading.Lock())) is multiplexed
+
+
 # --- the lingering close
 
 def test_a_lingering_close_reads_until_the_peers_eof_then_closes(use_backend, pair):

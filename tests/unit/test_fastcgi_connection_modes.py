@@ -96,7 +96,8 @@ def test_a_thread_that_cannot_start_is_answered_overloaded(use_backend, caplog, 
     class Unstartable(threading.Thread):
         def start(self):
             raise RuntimeError("can't start new thread")
-    monkeypatch.setattr(fastcgi_connection, 'threading', SimpleNamespace(Thread=Unstartable))
+    monkeypatch.setattr(fastcgi_connection, 'threading', SimpleNamespace(Thread=Unstartable,
+                                                                           Lock=threading.Lock))
     h = Harness(hello, multiplexed=True)
     with caplog.at_level(logging.ERROR, logger='flupfast'):
         with h.connect() as sock:

@@ -186,3 +186,86 @@ def test_close_of_another_socket_class_is_its_own_close(backend):
         assert closed == [True] and sock.fileno() == -1
     finally:
         b.close()
+
+
+# In a process of its own, with no Leader: the receive of a process whose one thread serves
+# (a prefork child). The compiled twin reads the socket's state in place and waits without
+# the GIL on a blocking socket; what it gives must be what Python's own method gives.
+ONE_THREAD_SCRIPT = r"""
+import os, signal, socket, sys, threading
+from MODULE import recv_into
+seen = []
+buf = bytearray(64)
+
+a, b = socket.socketpair()
+b.sendall(b"there")
+seen.append(bytes(buf[:recv_into(a, buf)]))
+
+# Nothing there yet: the wait must let another thread run (the GIL released).
+def late():
+    b.sendall(b"late")
+thread = threading.Timer(0.05, late)
+thread.start()
+seen.append(bytes(buf[:recv_into(a, buf)]))
+thread.join()
+
+# A signal during the wait: its handler runs, and the receive goes on.
+def handler(signum, frame):
+    seen.append("handler")
+    b.sendall(b"after")
+signal.signal(signal.SIGALRM, handler)
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+seen.append(bytes(buf[:recv_into(a, buf)]))
+
+# A handler that raises ends the receive with its exception.
+def raising(signum, frame):
+    raise KeyboardInterrupt
+signal.signal(signal.SIGALRM, raising)
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+try:
+    recv_into(a, buf)
+except KeyboardInterrupt:
+    seen.append("raised")
+
+b.sendall(b"abcdef")
+seen.append(recv_into(a, buf, 2))
+n = recv_into(a, memoryview(buf)[10:])
+seen.append(bytes(buf[10:10 + n]))
+a.settimeout(0.05)
+try:
+    recv_into(a, buf)
+except socket.timeout:
+    seen.append("timeout")
+a.setblocking(False)
+try:
+    recv_into(a, buf)
+except BlockingIOError:
+    seen.append("would block")
+a.setblocking(True)
+b.close()
+seen.append(recv_into(a, buf))
+a.close()
+try:
+    recv_into(a, buf)
+except OSError:
+    seen.append("closed")
+print(seen)
+"""
+
+ONE_THREAD_SEEN = [b"there", b"late", "handler", b"after", "raised", 2, b"cdef", "timeout",
+                   "would block", 0, "closed"]
+
+
+def test_a_process_with_one_serving_thread_receives_as_python_does(backend):
+    """No Leader in the process (a prefork child): bytes there, a slow peer while another
+    thread runs, a signal handler during the wait (one that returns, one that raises), the
+    limit, a view, the socket's timeout, a non-blocking socket, EOF and a closed socket."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    module = "flupfast.sockio" if backend.name == 'py' else "flupfast._speedups"
+    script = ONE_THREAD_SCRIPT.replace("MODULE", module)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
+                         cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().strip() == repr(ONE_THREAD_SEEN)
