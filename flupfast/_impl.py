@@ -101,6 +101,7 @@ TWINS = (
     ("WorkerTitle", "WorkerTitle", "flupfast.ops.proctitle", "WorkerTitle"),
     ("run_job", "run_job", "flupfast.serving.job", "run_job"),
     ("new_job", "new_job", "flupfast.serving.job", "new_job"),
+    ("ConnectionState", "ConnectionState", "flupfast.connection_state", "ConnectionState"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which

@@ -173,3 +173,20 @@ def new_job(job_class: Any, client: Any, addr: Any, args: Any) -> Any: ...
 # The methods serve_scgi/run_scgi/run_fcgi may run themselves, by kind
 # (flupfast._impl.runs_compiled).
 OWN_METHODS: Dict[str, Any]
+
+class ConnectionState:
+    """A connection's per-request state in C fields (see flupfast/connection_state.py)."""
+    _sock: Any
+    _addr: Any
+    _out: Any
+    server: Any
+    _timeout: Any
+    logger: Any
+    _body: Any
+    closed: Any
+    idle: Any
+    parked: Any
+    served: Any
+    on_idle: Any
+    may_keep: Any
+    max_requests: Any

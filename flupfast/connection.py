@@ -43,7 +43,7 @@ def _wait_sent(sock, seconds):
         pass  # no SIOCOUTQ here (TIOCOUTQ is SIOCOUTQ on Linux)
 
 
-class Connection(Job):
+class Connection(_impl.ConnectionState, Job):
     """What every protocol's connection shares: the socket, a reused receive buffer, a send
     queue that gathers buffers into one ``sendmsg``, and the lingering close. A connection is
     a job (serving/job.py): ``run()`` returns the requests served, and it asks ``on_idle``
@@ -51,8 +51,8 @@ class Connection(Job):
     """
 
     # Defaults until set: a connection is built per request, and every attribute its
-    # constructor writes costs (the instance's dict).
-    closed = False
+    # constructor writes costs (the instance's dict). What the request path reads and writes
+    # at every request is ConnectionState's (connection_state.py), with its defaults.
     _out_bytes = 0
     # Held around a send only where several threads send on one connection: a multiplexed
     # FastCGI connection's requests and its reading thread (fastcgi_connection.py sets it).

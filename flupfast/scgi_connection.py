@@ -115,7 +115,6 @@ class SCGIConnection(LoggedConnection):
     decoder = 'decode_scgi_request'  # the codec's name in _impl (looked up per request)
     error = SCGIError
     head_name = 'the header netstring'
-    _body = None  # the body source once the head is read (no __init__ of its own)
 
     @_impl.runs_compiled('cgi_prefix')
     def status_prefix(self, environ):

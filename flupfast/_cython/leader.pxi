@@ -236,9 +236,9 @@ cdef enum:
     _LEADER_SETS = 8  # workers waiting at once on sets of their own (EPOLLEXCLUSIVE)
 
 # Set once a Leader exists in this process: serving threads then contend for the GIL, and
-# sockio.pxi's receive tries the data already there without giving the GIL up. A fork child
-# (one serving thread) skips that try: between the requests of a kept connection it finds
-# nothing and would cost a recv per request.
+# sockio.pxi's receive tries the data already there without giving the GIL up at every
+# receive. A fork child (one serving thread) tries only where bytes are expected: between the
+# requests of a kept connection it finds nothing and would cost a recv per request.
 cdef bint _threads_contend = False
 
 

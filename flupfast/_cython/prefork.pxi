@@ -344,7 +344,10 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 job = jobs._make(client, addr, job_args)
             else:
                 job = job_class(client, addr, *job_args)
-            job.max_requests = left if limited else None
+            if _state_in_place_of(job):
+                (<ConnectionState>job).max_requests = left if limited else None
+            else:
+                job.max_requests = left if limited else None
             try:
                 served = _run_job(job)  # job.run() (fastcgi_serve.pxi)
             except Exception:
@@ -386,6 +389,11 @@ cdef class ChildJobs:
         drain = self.drain
         drain.job = job
         drain.client = client
+        if _state_in_place_of(job):  # state.pxi
+            (<ConnectionState>job).may_keep = self._may_keep
+            if drain.draining:
+                (<ConnectionState>job).on_idle = self._on_idle
+            return job
         job.may_keep = self._may_keep
         if drain.draining:
             job.on_idle = self._on_idle

@@ -89,6 +89,7 @@ cdef enum:
     _OWN_CLOSE = 32
     _OWN_RECV = 64
     _OWN_SEND = 2048
+    _OWN_STATE = 4096  # the state is ConnectionState's fields (state.pxi's _state_in_place)
     # A server class's (flags of _server_plan); a request class's is _OWN_REQUEST
     _OWN_HANDLER = 128
     _OWN_ENVIRON = 256
@@ -135,6 +136,8 @@ cdef int _work_out_conn(cls) except -1:
         flags |= _OWN_RECV
     if _is_own(cls, 'send', 'send'):
         flags |= _OWN_SEND
+    if _state_in_place(cls):
+        flags |= _OWN_STATE
     return flags
 
 
@@ -328,7 +331,7 @@ cdef Py_ssize_t _SCGI_CAP = MAX_SCGI_HEADER_BYTES, _UWSGI_CAP = MAX_UWSGI_VARS_B
 cdef Py_ssize_t _PAIRS_CAP = MAX_PARAMS_PAIRS  # the defaults of both codecs' signatures
 
 
-cdef tuple _read_head(conn, decode, int flags):
+cdef tuple _read_head(ConnectionState conn, decode, int flags):
     """SCGIConnection._read_header, compiled: (environ, content_length, body bytes received
     with the head)."""
     cdef Py_ssize_t n = 0, start, take
@@ -488,8 +491,8 @@ cdef _stock_handler(server, int flags, environ, stdin, output):
                      None if server.multithreaded else server._appLock)
 
 
-cdef _run_stock_request(conn, server, request_class, int flags, environ, stdin,
-                        _RawOutputStream output):
+cdef _run_stock_request(ConnectionState conn, server, request_class, int flags, environ,
+                        stdin, _RawOutputStream output):
     """request_class(conn, environ, stdin, output).run() (scgi_connection.SCGIRequest) with
     the server's stock handler; the request itself is built only for ``server.error``."""
     logger = conn.logger
@@ -527,10 +530,26 @@ cdef _run_stock_request(conn, server, request_class, int flags, environ, stdin,
 
 def serve_scgi(conn):
     """Serve the one request of ``conn`` (an SCGIConnection); see scgi_connection.serve."""
-    _serve(conn, _conn_plan.get(type(conn), _work_out_conn))
+    cdef int flags = _conn_plan.get(type(conn), _work_out_conn)
+    if not flags & _OWN_STATE:
+        return _pure_scgi('serve')(conn)  # its state is not (all) in the C fields
+    _serve(conn, flags)
 
 
-cdef _serve(conn, int flags):
+cdef dict _pure_scgi_twins = {}
+
+
+cdef object _pure_scgi(str name):
+    """scgi_connection's ``serve`` or ``run``: for a connection whose class hides a field of
+    ConnectionState (state.pxi), which the compiled path reads in place."""
+    twin = _pure_scgi_twins.get(name)
+    if twin is None:
+        from flupfast import scgi_connection
+        twin = _pure_scgi_twins[name] = getattr(scgi_connection, name)
+    return twin
+
+
+cdef _serve(ConnectionState conn, int flags):
     cdef _RawOutputStream output
     cdef int handler_flags
     decode = None
@@ -586,7 +605,7 @@ cdef _close(conn, int flags):
             pass
 
 
-cdef _finish(conn, int flags):
+cdef _finish(ConnectionState conn, int flags):
     """conn._finish(): SCGIConnection._finish's, or an override."""
     if not flags & _OWN_FINISH:
         conn._finish()
@@ -595,8 +614,14 @@ cdef _finish(conn, int flags):
     conn._body = None
     if body is not None and body.left > 0:
         conn.linger_close()
-    else:
-        _close(conn, flags)
+    elif not flags & _OWN_CLOSE:
+        conn.close()
+    elif not conn.closed:  # Connection.close, on the fields
+        conn.closed = True
+        try:
+            close_socket(conn._sock)
+        except OSError:
+            pass
 
 
 def run_scgi(conn):
@@ -605,8 +630,11 @@ def run_scgi(conn):
     return _run_scgi(conn)
 
 
-cdef object _run_scgi(conn):
-    cdef int flags = _conn_plan.get(type(conn), _work_out_conn)
+cdef object _run_scgi(object job):
+    cdef int flags = _conn_plan.get(type(job), _work_out_conn)
+    if not flags & _OWN_STATE:
+        return _pure_scgi('run')(job)  # its state is not (all) in the C fields
+    cdef ConnectionState conn = <ConnectionState>job
     addr = conn._addr
     cdef bint tcp = isinstance(addr, tuple) and len(<tuple>addr) >= 2
     logger = conn.logger

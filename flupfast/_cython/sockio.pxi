@@ -5,11 +5,15 @@
 # this one back in line for up to the switch interval (bench/profile-new-connection.md). After
 # accept the request head is normally in the socket buffer already, and close(2) of a socket
 # does not block (no SO_LINGER time is ever set on a connection), so both stay GIL-held.
-# A receive that would block goes through sock.recv_into, which waits with the GIL released
-# and honours the socket's timeout. (errno, EAGAIN, EINTR, EWOULDBLOCK, ECONNRESET and c_close
-# come from prefork.pxi; MSG_DONTWAIT from output.pxi, both included before.) The receive's
-# try is made only in a process whose threads contend for the GIL (leader.pxi's
-# _threads_contend, set by the threaded mode's Leader).
+# The GIL-held try is made in a process whose threads contend for the GIL (leader.pxi's
+# _threads_contend, set by the threaded mode's Leader), and anywhere for bytes that are
+# expected (a request's first, a body's); not for a kept connection's wait for its next
+# request, where it would find nothing and cost a recv. Python's own socket class is read in
+# place (fd, timeout: leader.pxi's layout check), so a receive that must wait on a blocking
+# socket waits here, the GIL released, without the method call; one with a timeout, or
+# interrupted by a signal, goes through sock.recv_into, which honours both. (errno, EAGAIN,
+# EINTR, EWOULDBLOCK, ECONNRESET and c_close come from prefork.pxi; MSG_DONTWAIT from
+# output.pxi, both included before.)
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)

@@ -225,3 +225,36 @@ def test_scgis_environ_for_patched_is_called_for_uwsgi_too(harness, monkeypatch)
     h = harness(environ_app)
     assert eval(h.request('/', path_info='/')[2])['PATH_INFO'] == '/'
     assert calls == [1]
+
+
+@pytest.mark.parametrize('hidden', ['logger', 'closed', '_body', 'served'])
+def test_a_connection_class_hiding_a_state_field_is_served_as_python_sees_it(harness, hidden,
+                                                                             caplog):
+    """A class attribute named like one of ConnectionState's fields (connection_state.py)
+    hides the compiled twin's field from Python, which then reads and writes the instance's
+    dict: such a class is served by the pure path, and what Python sees of the connection
+    afterwards is what it served."""
+    defaults = {'logger': logging.getLogger('flupfast-test-hidden'), 'closed': False,
+                '_body': None, 'served': 0}
+    built = []
+
+    class Connection(harness.connection_class):
+        def __init__(self, *args):
+            super().__init__(*args)
+            built.append(self)
+    setattr(Connection, hidden, defaults[hidden])
+
+    def failing(environ, start_response):
+        raise RuntimeError('the app failed')
+    h = type('Harness', (harness,), {'connection_class': Connection})(echo)
+    status, _, answer = h.request('/', method='POST', body=b'abc')
+    h.join()
+    assert (status, answer.split()[1]) == (b'200 OK', b'3') and h.served == [1]
+    h = type('Harness', (harness,), {'connection_class': Connection})(failing)
+    with caplog.at_level(logging.ERROR):
+        status, _, _ = h.request('/')
+    h.join()
+    assert status == b'500 Internal Server Error' and h.served == [1]
+    assert [(conn.served, conn.closed, conn._body) for conn in built] == [(1, True, None)] * 2
+    logged = [record.name for record in caplog.records if 'Exception' in record.getMessage()]
+    assert logged == [harness.logger]  # the instance's, which LoggedConnection set

@@ -1,0 +1,48 @@
+# The compiled twin of flupfast/connection_state.py: a connection's per-request state in C
+# fields. connection.Connection derives from it, so every connection keeps these attributes
+# here, not in its dict; Python reads and writes them through their descriptors as before. The
+# SCGI/uwsgi request path (scgi_serve.pxi, connection.pxi) reads and writes them directly,
+# where each was a dict lookup behind a type lookup (about 30 per request, 150-450
+# instructions each: bench/profile-new-connection.md section 16), only on a class whose
+# MRO sets none of them as a class attribute before this base (_state_in_place): such an
+# attribute hides the field from Python, which then reads the instance's dict.
+
+from flupfast.connection_state import STATE_FIELDS as _STATE_FIELDS
+from flupfast.serving.job import keep as _keep_always, wait as _wait_default
+
+
+cdef class ConnectionState:
+    """A connection's per-request state (see flupfast/connection_state.py)."""
+
+    cdef public object _sock, _addr, _out, server, _timeout, logger, _body
+    cdef public object closed, idle, parked, served, on_idle, may_keep, max_requests
+
+    def __cinit__(self, *args, **kwargs):
+        # The pure twin's class defaults (and the job contract's, serving/job.py Job).
+        self.closed = False
+        self.idle = False
+        self.parked = False
+        self.served = 0
+        self.on_idle = _wait_default
+        self.may_keep = _keep_always
+
+
+cdef bint _state_in_place(cls) except -1:
+    """Whether ``cls``'s instances keep their state in ConnectionState's fields as Python sees
+    it: a subclass, and no class before ConnectionState in its MRO sets a field's name."""
+    if not (isinstance(cls, type) and issubclass(cls, ConnectionState)):
+        return False
+    for klass in (<type>cls).__mro__:
+        if klass is ConnectionState:
+            return True
+        namespace = klass.__dict__
+        for name in _STATE_FIELDS:
+            if name in namespace:
+                return False
+    return True
+
+
+cdef bint _state_in_place_of(job) except -1:
+    """_state_in_place of ``job``'s class, as the connection plan (scgi_serve.pxi) keeps it."""
+    return isinstance(job, ConnectionState) and \
+        _conn_plan.get(type(job), _work_out_conn) & _OWN_STATE
