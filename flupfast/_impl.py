@@ -118,7 +118,7 @@ def runs_compiled(kind):
     identity, per class): an override on a subclass, or a function patched into the class, is
     called where the pure path calls it. ``kind`` names which twin takes over. The
     connection's two ``__init__`` (``logged_init``, ``connection_init``) are run by the
-    compiled ChildJobs (_cython/connection.pxi)."""
+    compiled ChildJobs (_cython/connection.pxi), and FastCGI's (``fcgi_init``) with the second."""
     def mark(method):
         if _speedups is not None:
             _speedups.OWN_METHODS[kind] = method

@@ -286,8 +286,8 @@ class AJPConnection(LoggedConnection):
         self.packet_size = config.packet_size
         self.body_chunk = config.body_chunk
         self.body_ahead = config.body_ahead
-        self.max_requests = None  # set by a prefork child: retire after this many
-        self.idle = False
+        # idle (False) and max_requests (None: set by a prefork child) start at their
+        # defaults (connection_state.py).
         # Between requests a kept connection may wait in the threaded mode's parked set
         # instead of a blocked thread; that is also how a reload hands it to the new image.
         self.can_park = True

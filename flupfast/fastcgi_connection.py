@@ -134,8 +134,12 @@ class FastCGIConnection(Connection):
     """
 
     multiplexed = None
+    _eof = False  # the web server closed its end
 
+    @_impl.runs_compiled('fcgi_init')
     def __init__(self, sock, addr, server, timeout=None, config=None):
+        # The compiled ChildJobs and new_job make the same writes in the same order while
+        # this is the class's __init__ (_cython/connection.pxi).
         super().__init__(sock, addr)
         self.server = server
         self.timeout = timeout
@@ -155,10 +159,8 @@ class FastCGIConnection(Connection):
         # A multiplexed request leaves _requests before its END_REQUEST is sent (the id is
         # free again at once): the connection's end waits for its threads, not its entries.
         self._request_threads = []
-        self._eof = False
-        self.max_requests = None  # set by a prefork child: retire after this many
-        self.served = 0
-        self.idle = False
+        # served (0), idle (False) and max_requests (None: set by a prefork child) start at
+        # their defaults (connection_state.py).
 
     # -- reading -----------------------------------------------------------------------------
 

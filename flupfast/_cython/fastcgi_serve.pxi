@@ -65,7 +65,8 @@ cdef int _all_own(cls, tuple marks) except -1:
 
 
 cdef int _work_out_fcgi_conn(cls) except -1:
-    return _all_own(cls, _FCGI_CONN_OWN)
+    # The chain reads the connection's state in place (state.pxi).
+    return _all_own(cls, _FCGI_CONN_OWN) and _state_in_place(cls)
 
 
 cdef int _work_out_fcgi_request(cls) except -1:
@@ -293,7 +294,7 @@ cdef InputStream _input_stream(pull):
 cdef class _FcgiChain:
     """One run of a connection: its records not yet handled, its request, its send queue."""
 
-    cdef object conn
+    cdef ConnectionState conn
     cdef object sock
     cdef object server
     cdef object parser_obj
@@ -308,7 +309,7 @@ cdef class _FcgiChain:
     cdef long served
     cdef bint closed
 
-    cdef int init(self, conn) except -1:
+    cdef int init(self, ConnectionState conn) except -1:
         self.conn = conn
         self.sock = conn._sock
         self.server = conn.server
@@ -379,7 +380,7 @@ cdef class _FcgiChain:
     # -- the connection loop (FastCGIConnection._serve) -------------------------------------
 
     cdef int serve(self) except -1:
-        conn = self.conn
+        cdef ConnectionState conn = self.conn
         cdef bint ready = conn.parked  # back from the parked set: the socket is readable
         if ready:
             conn.parked = False
@@ -521,7 +522,7 @@ cdef class _FcgiChain:
     cdef object request_for(self, _FcgiExchange ex):
         """flup's Request for ``server.error``: the server's request class with this request's
         id, role, flags, params and streams."""
-        conn = self.conn
+        cdef ConnectionState conn = self.conn
         req = self.server.request_class(conn, None, conn.timeout)
         req._io.request_id = ex.io.request_id
         req._io.aborted = ex.io.aborted
@@ -643,13 +644,15 @@ def run_fcgi(conn):
     return _run_fcgi(conn)
 
 
-cdef object _run_fcgi(conn):
+cdef object _run_fcgi(job):
     global _fcgi_py
     cdef _FcgiChain chain
+    cdef ConnectionState conn
     if _fcgi_py is None:
         _fcgi_py = _OWN_METHODS['fcgi:_serve'].__globals__
-    if not _fcgi_runs_compiled(conn):
-        return _fcgi_py['run'](conn)
+    if not _fcgi_runs_compiled(job):
+        return _fcgi_py['run'](job)
+    conn = <ConnectionState>job  # _fcgi_runs_compiled: a class with its state in place
     chain = _FcgiChain.__new__(_FcgiChain)
     chain.init(conn)
     try:

@@ -25,6 +25,7 @@ cdef class ConnectionState:
         self.served = 0
         self.on_idle = _wait_default
         self.may_keep = _keep_always
+        self.max_requests = None  # unlimited (a prefork child sets its budget)
 
 
 cdef bint _state_in_place(cls) except -1:

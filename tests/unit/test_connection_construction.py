@@ -190,3 +190,112 @@ def test_the_modes_build_jobs_through_new_job(backend, pair, args):
     seen = []
     backend.new_job(lambda *given: seen.append(given), pair[1], 'peer', args)
     assert seen == [(pair[1], 'peer') + tuple(args)]
+
+
+class _FcgiServer:
+    """What FastCGIConnection reads of a server built outside run(): its config."""
+
+    def __init__(self, multiplexed=False):
+        from flupfast.fastcgi_connection import FastCGIConfig
+        self.config = FastCGIConfig(multiplexed)
+
+    def _connectionConfig(self):
+        return self.config
+
+
+def _fcgi_state(conn):
+    """_state, with what is built new per connection by its type (compared apart)."""
+    state = _state(conn)
+    made = {name: type(state.pop(name)) for name in
+            ('_parser', '_events', '_requests', '_request_threads', '_send_lock', '_out')
+            if name in state}
+    return state, made
+
+
+@pytest.mark.parametrize('cls_name', ['Connection', 'MultiplexedConnection'])
+@pytest.mark.parametrize('given', [True, False], ids=['config', 'no-config'])
+def test_a_stock_fastcgi_connection_is_the_one_its_class_builds(backend, pair, cls_name,
+                                                                given):
+    """fcgi_base's two connection classes (multiplexed fixed on the class), with the config
+    the server's run() passes, or none (built outside run(): the server's is asked)."""
+    from flupfast.server import fcgi_base
+    cls = getattr(fcgi_base, cls_name)
+    server, drain = _FcgiServer(multiplexed=not given), ChildDrain()
+    args = (server, 2.5, server.config if given else None)
+    built = backend.ChildJobs(cls, drain)(pair[1], 'peer', *args)
+    called = cls(pair[1], 'peer', *args)
+    assert type(built) is cls
+    built_state, built_made = _fcgi_state(built)
+    called_state, called_made = _fcgi_state(called)
+    assert built_state == called_state | {'may_keep': drain.may_keep}
+    assert built_made == called_made
+    assert ('_send_lock' in built_made) is (cls_name == 'MultiplexedConnection')
+    assert built._parser is not called._parser and built._events is not called._events
+    assert list(vars(built)) == [name for name in list(vars(called)) + ['may_keep']
+                                 if name in vars(built)]
+
+
+def test_a_fastcgi_connection_whose_multiplexed_the_config_decides(backend, pair):
+    """FastCGIConnection itself (multiplexed None on the class) takes the config's, and sets
+    it on the instance, as its __init__ does."""
+    from flupfast.fastcgi_connection import FastCGIConnection
+    for multiplexed in (False, True):
+        server = _FcgiServer(multiplexed)
+        built = backend.new_job(FastCGIConnection, pair[1], 'peer', (server, None, None))
+        assert vars(built)['multiplexed'] is multiplexed
+        assert built.can_park is not multiplexed
+        assert _fcgi_state(built) == _fcgi_state(
+            FastCGIConnection(pair[1], 'peer', server, None, None))
+
+
+def test_what_the_fastcgi_init_looks_up_is_looked_up_at_each_build(backend, pair,
+                                                                   monkeypatch):
+    """The parser class (through _impl), collections.deque and threading.Lock, patched after
+    import, apply to the compiled build as to the call."""
+    from flupfast import _impl, fastcgi_connection
+    from flupfast.server import fcgi_base
+
+    class Parser:
+        pass
+
+    class Deque(list):
+        pass
+
+    class Lock:
+        pass
+    monkeypatch.setattr(_impl, 'FastCGIParser', Parser)
+    monkeypatch.setattr(fastcgi_connection.collections, 'deque', Deque)
+    monkeypatch.setattr(fastcgi_connection.threading, 'Lock', Lock)
+    conn = backend.new_job(fcgi_base.MultiplexedConnection, pair[1], 'peer',
+                           (_FcgiServer(), None, None))
+    assert (type(conn._parser), type(conn._events), type(conn._send_lock)) == (
+        Parser, Deque, Lock)
+
+
+def test_an_fastcgi_init_of_ones_own_is_called(backend, pair):
+    from flupfast.server import fcgi_base
+
+    class Own(fcgi_base.Connection):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.mine = 'own init'
+    conn = backend.ChildJobs(Own, ChildDrain())(pair[1], 'peer', _FcgiServer(), None, None)
+    assert conn.mine == 'own init' and conn.server is not None
+
+
+def test_the_compiled_twin_builds_a_fastcgi_connection_without_a_frame(backend, pair):
+    import sys
+    from flupfast.server import fcgi_base
+    frames = []
+
+    def profile(frame, event, arg):
+        if event == 'call':
+            frames.append(frame.f_code.co_name)
+    server = _FcgiServer()
+    jobs = backend.ChildJobs(fcgi_base.Connection, ChildDrain())
+    sys.setprofile(profile)
+    try:
+        jobs(pair[1], 'peer', server, None, server.config)
+    finally:
+        sys.setprofile(None)
+    assert frames.count('__init__') == (2 if backend.name == 'py' else 0), frames
