@@ -106,9 +106,10 @@ TWINS = (
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
 # importing a codec must not load; the SCGI and FastCGI connections import this module (and
-# ops.proctitle, whose WorkerTitle is a twin; serving.job, whose run_job and new_job are).
+# ops.proctitle, whose WorkerTitle is a twin; serving.job, whose run_job and new_job are, and
+# which connection_state imports for the job contract's defaults).
 LAZY = frozenset({"serve_child", "ChildJobs", "Leader", "serve_scgi", "run_scgi", "run_fcgi",
-                  "WorkerTitle", "run_job", "new_job"})
+                  "WorkerTitle", "run_job", "new_job", "ConnectionState"})
 
 
 def runs_compiled(kind):

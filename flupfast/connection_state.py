@@ -1,17 +1,23 @@
 """What a connection's request path reads and writes on the connection at every request: the
-base of connection.Connection (pure twin of _cython/connection.pxi's ConnectionState).
+base of connection.Connection (pure twin of _cython/state.pxi's ConnectionState).
 
 Here they are ordinary attributes in the instance's dict, with the defaults below (the job
-contract's own defaults, serving/job.py, stand behind them). The compiled twin keeps them in C
-fields that its SCGI/uwsgi request path reads without a dict lookup each (about 30 per request,
-bench/profile-new-connection.md section 16). No import of the connections or modes here: both
-sides build on it.
+contract's, serving/job.py). The compiled twin keeps them in C fields that its request paths
+(SCGI/uwsgi, FastCGI, the prefork child's job factory) read and write without a dict lookup
+each (about 30 per request, bench/profile-new-connection.md section 16). What differs between
+the twins, for code that reaches past a connection's attributes: the compiled twin's fields
+are not in ``vars(conn)``; one never set (a connection built without its ``__init__``) or
+deleted reads None there, where here it raises AttributeError or falls back to the default;
+a class-level patch of ``socket.socket.recv_into`` is not called by its receive (sockio.pxi).
 """
+
+from flupfast.serving.job import keep, wait
 
 __all__ = ["ConnectionState", "STATE_FIELDS"]
 
 # The compiled twin's fields, in this order; a subclass that sets one as a class attribute
-# hides the field (its instances then take the pure request path).
+# (or overrides __setattr__, __getattribute__ or __delattr__) keeps its instances on the pure
+# request path, which reads them as Python does.
 STATE_FIELDS = ("_sock", "_addr", "_out", "server", "_timeout", "logger", "_body", "closed",
                 "idle", "parked", "served", "on_idle", "may_keep", "max_requests")
 
@@ -23,3 +29,11 @@ class ConnectionState:
     __slots__ = ()
     closed = False
     _body = None  # the body source once a request head is read
+    # The job contract's (serving/job.py Job), here too: a class after this one in the MRO
+    # (a mixin's default) is no more seen than by the compiled twin.
+    idle = False
+    parked = False
+    served = 0
+    on_idle = staticmethod(wait)
+    may_keep = staticmethod(keep)
+    max_requests = None

@@ -156,9 +156,10 @@ class _Deadlines:
                 if entry.due > now:
                     next_look = min(next_look, entry.due)
                 elif self._armed.pop(key, None) is not None:
-                    # Each in a thread of its own: a report can block (a FastCGI request's
-                    # STDERR waits for the send lock that the request's own stuck send
-                    # holds), and must stall neither the other deadlines nor their arming.
+                    # Each in a thread of its own: a report can block (a multiplexed
+                    # FastCGI request's STDERR waits for the send lock that the request's own
+                    # stuck send holds), and must stall neither the other deadlines nor their
+                    # arming.
                     threading.Thread(target=self._fire, args=(entry,), daemon=True,
                                      name='flupfast-deadline-fired').start()
             self._next_look = next_look

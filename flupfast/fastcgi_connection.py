@@ -381,6 +381,8 @@ class FastCGIConnection(Connection):
         if not self.multiplexed:
             req.run()
             return
+        if self._send_lock is None:  # made multiplexed after __init__: no request thread yet
+            self._send_lock = threading.Lock()
         thread = threading.Thread(target=req.run, name='flupfast-fcgi-%d' % request_id,
                                   daemon=True)
         try:

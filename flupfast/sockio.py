@@ -1,7 +1,8 @@
 """The request path's receive and close on a connection's socket (pure twin of
-_cython/sockio.pxi): Python's own socket methods. The compiled twin makes the same calls
-without giving up the GIL when they need not wait (compat/known_differences.py has no key for
-this: results, errors and timeouts are the same).
+_cython/sockio.pxi): Python's own socket methods. The compiled twin makes the same system
+calls itself, on Python's own socket class read in place, without giving up the GIL when they
+need not wait (compat/known_differences.py has no key for this: results, errors, signals and
+timeouts are the same; a class-level patch of ``socket.socket.recv_into`` is not called).
 """
 
 import threading

@@ -27,11 +27,17 @@ cdef object _SocketClass = _socket_module.socket
 cdef object _c_detach = _c_socket.detach  # the fd let go of, without socket.py's wrapper
 
 
+# socket.py's class at import, as the layout check knows it: _socket's (a wrapper that is
+# not, gevent's, is left alone).
+cdef bint _socket_class_is_known = isinstance(_SocketClass, type) and \
+    issubclass(_SocketClass, _c_socket)
+
+
 cdef flupfast_socket_state *_socket_state_of(sock) except? NULL:
     """The state of ``sock`` read in place (leader.pxi's flupfast_socket_state): NULL unless
     it is Python's own socket class and the layout check agreed (up to 3.13)."""
     global _layout_known
-    if type(sock) is not _SocketClass:
+    if type(sock) is not _SocketClass or not _socket_class_is_known:
         return NULL
     if _layout_known < 0:
         _layout_known = _socket_layout_holds()
@@ -61,23 +67,24 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
     cdef int fd, err
     cdef bint blocking
     cdef flupfast_socket_state *state = _socket_state_of(sock)
-    if state != NULL:
-        # Python's socket read in place (leader.pxi's layout check): no method call, and no
-        # timeout to honour when sock_timeout says blocking.
-        fd = state.sock_fd
-        blocking = state.sock_timeout < 0
-    elif _threads_contend and type(sock) is _SocketClass:
-        fd = sock.fileno()
-        blocking = False
-    else:
-        return sock.recv_into(buf, limit)
-    if fd < 0 or limit < 0:
-        return sock.recv_into(buf, limit)  # closed, or a bad limit: Python's own error
+    if limit < 0 or (state == NULL and not (_threads_contend and type(sock) is _SocketClass)):
+        return sock.recv_into(buf, limit)  # a bad limit is Python's own error
     try:
         PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     except (BufferError, TypeError):
         return sock.recv_into(buf, limit)  # not a writable buffer: Python's own error
     try:
+        # The socket's state after the buffer's (whose export may have run Python code).
+        if state != NULL:
+            # Python's socket read in place (leader.pxi's layout check): no method call, and
+            # no timeout to honour when sock_timeout says blocking.
+            fd = state.sock_fd
+            blocking = state.sock_timeout < 0
+        else:
+            fd = sock.fileno()
+            blocking = False
+        if fd < 0:
+            return sock.recv_into(buf, limit)  # closed: Python's own error
         if limit == 0 or limit > view.len:
             if limit > view.len:
                 raise ValueError("buffer too small for requested bytes")
@@ -91,7 +98,8 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
                 PyErr_SetFromErrno(OSError)  # errno is still recv's
                 return None
             if err == EINTR:
-                blocking = False  # Python's method runs the handlers, then waits
+                PyErr_CheckSignals()  # as below
+                blocking = False
         if blocking:
             # Nothing there yet: wait as sock_recv_into waits on a blocking socket, the GIL
             # released.

@@ -1,11 +1,15 @@
 # The compiled twin of flupfast/connection_state.py: a connection's per-request state in C
 # fields. connection.Connection derives from it, so every connection keeps these attributes
-# here, not in its dict; Python reads and writes them through their descriptors as before. The
-# SCGI/uwsgi request path (scgi_serve.pxi, connection.pxi) reads and writes them directly,
-# where each was a dict lookup behind a type lookup (about 30 per request, 150-450
-# instructions each: bench/profile-new-connection.md section 16), only on a class whose
-# MRO sets none of them as a class attribute before this base (_state_in_place): such an
-# attribute hides the field from Python, which then reads the instance's dict.
+# here, not in its dict; Python reads and writes them through their descriptors. The compiled
+# request paths (SCGI/uwsgi in scgi_serve.pxi, FastCGI's chain in fastcgi_serve.pxi, the
+# connections' build in connection.pxi, the prefork child's factory in prefork.pxi) read and
+# write them directly, where each was a type lookup and a dict lookup (about 30 per request,
+# 150-450 instructions each: bench/profile-new-connection.md section 16), only on a class
+# whose MRO sets none of them as a class attribute before this base and overrides no
+# attribute access (_state_in_place): such an attribute hides the field from Python, which
+# then reads the instance's dict, and such an override must see every access.
+
+import copyreg as _copyreg
 
 from flupfast.connection_state import STATE_FIELDS as _STATE_FIELDS
 from flupfast.serving.job import keep as _keep_always, wait as _wait_default
@@ -27,10 +31,20 @@ cdef class ConnectionState:
         self.may_keep = _keep_always
         self.max_requests = None  # unlimited (a prefork child sets its budget)
 
+    def __reduce_ex__(self, protocol):
+        """copy.copy() and pickle as for the pure twin: the class, then the instance's dict
+        and the fields (as __slots__ state; what they hold may refuse, as a socket does)."""
+        fields = {name: getattr(self, name) for name in _STATE_FIELDS}
+        return (_copyreg.__newobj__, (type(self),), (getattr(self, '__dict__', None), fields))
+
+
+cdef tuple _ACCESS_HOOKS = ('__setattr__', '__getattribute__', '__delattr__')
+
 
 cdef bint _state_in_place(cls) except -1:
     """Whether ``cls``'s instances keep their state in ConnectionState's fields as Python sees
-    it: a subclass, and no class before ConnectionState in its MRO sets a field's name."""
+    it, with nothing to call on access: a subclass, and no class before ConnectionState in
+    its MRO sets a field's name or overrides attribute access."""
     if not (isinstance(cls, type) and issubclass(cls, ConnectionState)):
         return False
     for klass in (<type>cls).__mro__:
@@ -38,6 +52,9 @@ cdef bint _state_in_place(cls) except -1:
             return True
         namespace = klass.__dict__
         for name in _STATE_FIELDS:
+            if name in namespace:
+                return False
+        for name in _ACCESS_HOOKS:
             if name in namespace:
                 return False
     return True

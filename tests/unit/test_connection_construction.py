@@ -289,8 +289,8 @@ def test_the_compiled_twin_builds_a_fastcgi_connection_without_a_frame(backend, 
     frames = []
 
     def profile(frame, event, arg):
-        if event == 'call':
-            frames.append(frame.f_code.co_name)
+        if event == 'call' and frame.f_code.co_name == '__init__':
+            frames.append(frame.f_code.co_filename.rsplit('/', 1)[-1])
     server = _FcgiServer()
     jobs = backend.ChildJobs(fcgi_base.Connection, ChildDrain())
     sys.setprofile(profile)
@@ -298,4 +298,33 @@ def test_the_compiled_twin_builds_a_fastcgi_connection_without_a_frame(backend, 
         jobs(pair[1], 'peer', server, None, server.config)
     finally:
         sys.setprofile(None)
-    assert frames.count('__init__') == (2 if backend.name == 'py' else 0), frames
+    inits = [name for name in frames if name in ('connection.py', 'fastcgi_connection.py')]
+    assert len(inits) == (2 if backend.name == 'py' else 0), frames
+
+
+def test_a_class_hiding_a_field_is_built_by_calling_it(backend, pair):
+    """A class attribute named like a ConnectionState field (the logger here) hides the
+    field from Python: the build must be the class's own, whose writes Python reads back
+    (the instance's dict), and the factory's may_keep too."""
+    from flupfast.serving.job import keep
+
+    class Hiding(SCGIConnection):
+        logger = logging.getLogger('flupfast-test-hiding')
+        may_keep = staticmethod(keep)
+    drain = ChildDrain()
+    built = backend.ChildJobs(Hiding, drain)(pair[1], 'peer', _Server(), None)
+    assert built.logger is logging.getLogger(SCGIConnection.logger_name)
+    assert built.may_keep == drain.may_keep
+
+
+def test_an_attribute_access_hook_sees_every_write(backend, pair):
+    """A class that overrides __setattr__ sees the build's writes, as its call shows them."""
+    class Watched(SCGIConnection):
+        def __setattr__(self, name, value):
+            seen.append(name)
+            super().__setattr__(name, value)
+    seen = []
+    Watched(pair[1], 'peer', _Server(), None)
+    called, seen[:] = list(seen), []
+    backend.ChildJobs(Watched, ChildDrain())(pair[1], 'peer', _Server(), None)
+    assert seen == called + ['may_keep'] and 'logger' in called

@@ -51,3 +51,30 @@ def test_the_compiled_fields_are_the_pure_twins_names(backend):
     state = State()
     state.served = 3
     assert vars(state) == {}
+
+
+def test_a_default_after_the_state_in_the_mro_is_hidden_on_both(backend):
+    """A mixin after ConnectionState (as Job is) sets no default: the state's own stand, on
+    both twins (the compiled one's fields, the pure one's class attributes)."""
+    class Mixin:
+        served = 7
+        max_requests = 5
+
+    class State(backend.ConnectionState, Job, Mixin):
+        pass
+    state = State()
+    assert (state.served, state.max_requests) == (0, None)
+
+
+def test_a_copy_has_the_same_state(backend):
+    import copy
+
+    class State(backend.ConnectionState, Job):
+        pass
+    state = State()
+    state.served, state._body, state.extra = 3, 'body', 'in the dict'
+    copied = copy.copy(state)
+    assert type(copied) is State and copied is not state
+    assert {name: getattr(copied, name) for name in STATE_FIELDS if hasattr(state, name)} == \
+        {name: getattr(state, name) for name in STATE_FIELDS if hasattr(state, name)}
+    assert copied.extra == 'in the dict'

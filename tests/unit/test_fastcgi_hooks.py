@@ -192,3 +192,23 @@ def test_a_connection_leaves_no_reference_cycle(use_backend, case, caplog):
             assert gc.collect() == 0
         finally:
             gc.enable()
+
+
+@pytest.mark.parametrize('hidden', ['served', 'closed', 'parked'])
+def test_a_connection_class_hiding_a_state_field_is_served_as_python_sees_it(use_backend,
+                                                                             hidden):
+    """A class attribute named like one of ConnectionState's fields hides the compiled twin's
+    field from Python (connection_state.py): the connection runs the pure loop, and what
+    Python sees of it afterwards is what it served."""
+    built = []
+
+    class Connection(fcgi_base.Connection):
+        def __init__(self, *args):
+            super().__init__(*args)
+            built.append(self)
+    setattr(Connection, hidden, {'served': 0, 'closed': False, 'parked': False}[hidden])
+    h = with_connection_class(Connection)(hello)
+    resp = h.request('/')
+    h.join()
+    assert resp.body == b'Hello world!\n' and h.served == [1]
+    assert [(conn.served, conn.closed, conn.parked) for conn in built] == [(1, True, False)]
