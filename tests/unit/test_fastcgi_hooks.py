@@ -212,3 +212,20 @@ def test_a_connection_class_hiding_a_state_field_is_served_as_python_sees_it(use
     h.join()
     assert resp.body == b'Hello world!\n' and h.served == [1]
     assert [(conn.served, conn.closed, conn.parked) for conn in built] == [(1, True, False)]
+
+
+def test_a_connection_made_multiplexed_after_its_init_takes_a_send_lock(use_backend):
+    """Only a multiplexed connection's threads send at once, so only it has a send lock: one
+    made multiplexed after __init__ gets it before its first request thread starts."""
+    built = []
+
+    class Connection(fcgi_base.Connection):
+        def __init__(self, *args):
+            super().__init__(*args)
+            assert self._send_lock is None
+            self.multiplexed = True
+            built.append(self)
+    h = with_connection_class(Connection)(hello)
+    assert h.request('/').body == b'Hello world!\n'
+    h.join()
+    assert type(built[0]._send_lock) is type(__import__('threading').Lock())
