@@ -11,7 +11,7 @@ deleted reads None there, where here it raises AttributeError or falls back to t
 a class-level patch of ``socket.socket.recv_into`` is not called by its receive (sockio.pxi).
 """
 
-from flupfast.serving.job import keep, wait
+from flupfast.serving.job import Job
 
 __all__ = ["ConnectionState", "STATE_FIELDS"]
 
@@ -31,9 +31,9 @@ class ConnectionState:
     _body = None  # the body source once a request head is read
     # The job contract's (serving/job.py Job), here too: a class after this one in the MRO
     # (a mixin's default) is no more seen than by the compiled twin.
-    idle = False
-    parked = False
-    served = 0
-    on_idle = staticmethod(wait)
-    may_keep = staticmethod(keep)
-    max_requests = None
+    idle = Job.idle
+    parked = Job.parked
+    served = Job.served
+    on_idle = Job.__dict__['on_idle']  # the staticmethods themselves
+    may_keep = Job.__dict__['may_keep']
+    max_requests = Job.max_requests

@@ -88,15 +88,22 @@ cdef object _new_job(job_class, client, addr, tuple args):
     return job_class(client, addr, *args)
 
 
+cdef ConnectionState _connection_init(cls, sock, addr):
+    """A new ``cls`` (a ConnectionState class) with Connection.__init__(conn, sock, addr)'s
+    writes: the first of both builders below, as their super() call runs it first."""
+    cdef ConnectionState conn = flupfast_type_new(cls)
+    conn._sock = sock
+    conn._addr = addr
+    conn._out = []
+    return conn
+
+
 cdef ConnectionState _new_logged_connection(cls, sock, addr, server, timeout):
     """LoggedConnection.__init__(conn, sock, addr, server, timeout) on a new ``cls``, with
     Connection.__init__ first, as its super() call runs it. What LoggedConnection's looks up at
     each call (the module's _loggers, logging.getLogger) is looked up here too: a monkeypatch
     made after import applies alike."""
-    cdef ConnectionState conn = flupfast_type_new(cls)  # a ConnectionState class
-    conn._sock = sock
-    conn._addr = addr
-    conn._out = []
+    cdef ConnectionState conn = _connection_init(cls, sock, addr)
     conn.server = server
     conn._timeout = timeout
     logger_name = conn.logger_name
@@ -113,10 +120,7 @@ cdef ConnectionState _new_fcgi_connection(cls, sock, addr, server, timeout, conf
     with Connection.__init__ first, as its super() call runs it. What it looks up at each call
     (the server's config, the parser class through _impl, collections.deque, threading.Lock)
     is looked up here too: a monkeypatch made after import applies alike."""
-    cdef ConnectionState conn = flupfast_type_new(cls)  # a ConnectionState class
-    conn._sock = sock
-    conn._addr = addr
-    conn._out = []
+    cdef ConnectionState conn = _connection_init(cls, sock, addr)
     conn.server = server
     conn.timeout = timeout
     if config is None:

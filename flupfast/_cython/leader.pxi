@@ -109,6 +109,15 @@ cdef extern from *:
     void flupfast_set_socket_module_state(object sock, void *state)
 
 cdef int _layout_known = -1  # -1: not checked yet
+
+
+cdef bint _socket_layout_known() except -1:
+    """_socket_layout_holds, checked once per process (the accept's build and sockio.pxi's
+    reads in place ask it)."""
+    global _layout_known
+    if _layout_known < 0:
+        _layout_known = _socket_layout_holds()
+    return _layout_known
 cdef void *_socket_module_state = NULL  # 3.12+: what every socket of this interpreter holds
 
 
@@ -168,14 +177,12 @@ cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
     """``cls(family, type_, proto, fileno=fd)``; when ``direct``, without socket.py's Python
     ``__init__`` (a frame and its keyword parsing per accepted connection): _socket's own
     state (see flupfast_socket_state), then the two attributes socket.py's init sets."""
-    global _layout_known
     cdef flupfast_socket_state *state
     if not direct:
         return cls(family, type_, proto, fileno=fd)
-    if _layout_known < 0:
-        _layout_known = _socket_layout_holds()
+    cdef bint layout_known = _socket_layout_known()
     sock = cls.__new__(cls)
-    if _layout_known and _socket_module.getdefaulttimeout() is None:
+    if layout_known and _socket_module.getdefaulttimeout() is None:
         state = <flupfast_socket_state *><PyObject *>sock
         if state.sock_fd != -1:
             raise AssertionError('a new socket object holds an fd')

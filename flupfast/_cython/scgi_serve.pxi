@@ -593,8 +593,8 @@ cdef _serve(ConnectionState conn, int flags):
     conn.served = 1
 
 
-cdef _close(conn, int flags):
-    """conn.close(): Connection.close's, or an override."""
+cdef _close(ConnectionState conn, int flags):
+    """conn.close(): Connection.close's (on the state's fields), or an override."""
     if not flags & _OWN_CLOSE:
         conn.close()
     elif not conn.closed:
@@ -614,14 +614,8 @@ cdef _finish(ConnectionState conn, int flags):
     conn._body = None
     if body is not None and body.left > 0:
         conn.linger_close()
-    elif not flags & _OWN_CLOSE:
-        conn.close()
-    elif not conn.closed:  # Connection.close, on the fields
-        conn.closed = True
-        try:
-            close_socket(conn._sock)
-        except OSError:
-            pass
+    else:
+        _close(conn, flags)
 
 
 def run_scgi(conn):

@@ -36,12 +36,8 @@ cdef bint _socket_class_is_known = isinstance(_SocketClass, type) and \
 cdef flupfast_socket_state *_socket_state_of(sock) except? NULL:
     """The state of ``sock`` read in place (leader.pxi's flupfast_socket_state): NULL unless
     it is Python's own socket class and the layout check agreed (up to 3.13)."""
-    global _layout_known
-    if type(sock) is not _SocketClass or not _socket_class_is_known:
-        return NULL
-    if _layout_known < 0:
-        _layout_known = _socket_layout_holds()
-    if not _layout_known:
+    if type(sock) is not _SocketClass or not _socket_class_is_known or \
+            not _socket_layout_known():
         return NULL
     return <flupfast_socket_state *><PyObject *>sock
 

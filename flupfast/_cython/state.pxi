@@ -12,7 +12,12 @@
 import copyreg as _copyreg
 
 from flupfast.connection_state import STATE_FIELDS as _STATE_FIELDS
-from flupfast.serving.job import keep as _keep_always, wait as _wait_default
+from flupfast.serving.job import Job as _Job
+
+# The job contract's defaults (serving/job.py Job), read once.
+cdef object _IDLE = _Job.idle, _PARKED = _Job.parked, _SERVED = _Job.served
+cdef object _ON_IDLE = _Job.on_idle, _MAY_KEEP = _Job.may_keep
+cdef object _MAX_REQUESTS = _Job.max_requests
 
 
 cdef class ConnectionState:
@@ -22,14 +27,14 @@ cdef class ConnectionState:
     cdef public object closed, idle, parked, served, on_idle, may_keep, max_requests
 
     def __cinit__(self, *args, **kwargs):
-        # The pure twin's class defaults (and the job contract's, serving/job.py Job).
+        # The pure twin's class defaults, the job contract's among them.
         self.closed = False
-        self.idle = False
-        self.parked = False
-        self.served = 0
-        self.on_idle = _wait_default
-        self.may_keep = _keep_always
-        self.max_requests = None  # unlimited (a prefork child sets its budget)
+        self.idle = _IDLE
+        self.parked = _PARKED
+        self.served = _SERVED
+        self.on_idle = _ON_IDLE
+        self.may_keep = _MAY_KEEP
+        self.max_requests = _MAX_REQUESTS  # unlimited (a prefork child sets its budget)
 
     def __reduce_ex__(self, protocol):
         """copy.copy() and pickle as for the pure twin: the class, then the instance's dict
