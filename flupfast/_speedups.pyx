@@ -19,6 +19,7 @@ Errors and constants are imported from the pure modules, never redefined.
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.dict cimport PyDict_Copy, PyDict_Next
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.bytes cimport (
     PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromFormat, PyBytes_FromStringAndSize,
@@ -41,6 +42,7 @@ cdef extern from "Python.h":
     object PyNumber_Index(object o)
 
 
+include "_cython/environ.pxi"
 include "_cython/fastcgi.pxi"
 include "_cython/scgi.pxi"
 include "_cython/uwsgi.pxi"

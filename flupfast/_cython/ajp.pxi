@@ -228,7 +228,7 @@ cdef inline str _ajp_fixed(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t e
     cdef Py_ssize_t length = _ajp_string(p, pos, end, what)
     if length < 0:
         return ''
-    return _decode_value(p + pos[0] - length - 1, length)  # fastcgi.pxi's str cache
+    return _decode_value(p + pos[0] - length - 1, length)  # environ.pxi's str cache
 
 
 cdef str _ajp_header_key(const unsigned char *name, Py_ssize_t n):
@@ -254,7 +254,7 @@ cdef str _ajp_header_key(const unsigned char *name, Py_ssize_t n):
         if ((n == 12 and memcmp(buf + 5, b'CONTENT_TYPE', 12) == 0)
                 or (n == 14 and memcmp(buf + 5, b'CONTENT_LENGTH', 14) == 0)):
             return _decode_name(buf + 5, n)
-        return _decode_name(buf, n + 5)  # names repeat: fastcgi.pxi's cache of their str
+        return _decode_name(buf, n + 5)  # names repeat: environ.pxi's cache of their str
     finally:
         if buf != small:
             PyMem_Free(buf)

@@ -10,7 +10,6 @@ from flupfast.protocols.fastcgi import (
     FCGI_ABORT_REQUEST, FCGI_BEGIN_REQUEST, FCGI_DATA, FCGI_GET_VALUES, FCGI_HEADER_LEN,
     FCGI_PARAMS, FCGI_STDIN, FCGI_STDOUT, FCGI_VERSION_1)
 from struct import error as _StructError
-from sys import intern as _sys_intern
 
 # C copies of the spec 8 constants, taken from the pure module once at import.
 cdef Py_ssize_t _HEADER_LEN = FCGI_HEADER_LEN
@@ -65,123 +64,6 @@ cdef Py_ssize_t _read_length(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t
             | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3])
 
 
-# Names repeat from request to request (REQUEST_METHOD, HTTP_HOST...): a small direct-mapped
-# cache of their str objects saves an allocation and the str hash (cached inside the object) per
-# pair. Keyed by the raw bytes and checked with memcmp, so a collision only costs a miss.
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    /* _PyDict_NewPresized: CPython's own (BUILD_MAP), exported by 3.9-3.14; else grow. */
-    #if defined(PYPY_VERSION) || defined(Py_LIMITED_API) || PY_VERSION_HEX >= 0x030F0000
-    #define flupfast_dict_presized(n) PyDict_New()
-    #else
-    #define flupfast_dict_presized(n) ((n) <= 8 ? PyDict_New() : _PyDict_NewPresized(n))
-    #endif
-    /* The environ a codec builds gets the gateway's keys next (wsgi.version, input, errors,
-       multithread, multiprocess, run_once, url_scheme, file_wrapper; PATH_INFO,
-       QUERY_STRING...): room for them, so that those inserts do not resize it again. */
-    #define FLUPFAST_GATEWAY_KEYS 12
-
-    /* The name cache's slot for p[:n] (1 <= n): a hash of the length and the first and last
-       words, in constant time; its quality only affects the hit rate. */
-    static inline size_t flupfast_name_slot(const unsigned char *p, Py_ssize_t n, size_t mask) {
-        uint64_t a, b;
-        if (n >= 8) {
-            memcpy(&a, p, 8);
-            memcpy(&b, p + n - 8, 8);
-        } else if (n >= 4) {
-            uint32_t x, y;
-            memcpy(&x, p, 4);
-            memcpy(&y, p + n - 4, 4);
-            a = x;
-            b = y;
-        } else {
-            a = p[0];
-            b = ((uint64_t)p[n - 1] << 8) | p[n / 2];
-        }
-        a = (a ^ (uint64_t)n) * 0x9E3779B97F4A7C15ULL;
-        b = b * 0xC2B2AE3D27D4EB4FULL;
-        return (size_t)((a ^ b ^ (a >> 29)) >> 32) & mask;
-    }
-    """
-    dict flupfast_dict_presized(Py_ssize_t n)
-    Py_ssize_t FLUPFAST_GATEWAY_KEYS
-    size_t flupfast_name_slot(const unsigned char *p, Py_ssize_t n, size_t mask) noexcept nogil
-
-cdef enum:
-    _NAME_CACHE_SLOTS = 256     # a power of two (pairs of ways); fronts send 20-60 names
-    _NAME_CACHE_MAX_LEN = 40    # longer names (and values) are rare and get a fresh str
-
-# Owned references to 1-byte-kind str, or NULL. Names repeat from request to request, and so
-# do most values (SERVER_PROTOCOL, GATEWAY_INTERFACE, SERVER_SOFTWARE, REMOTE_ADDR, HTTP_HOST,
-# the methods...): one cache each, so that a value that changes every request (REMOTE_PORT)
-# evicts only values, never a name.
-cdef PyObject *_name_cache[_NAME_CACHE_SLOTS]
-cdef PyObject *_value_cache[_NAME_CACHE_SLOTS]
-
-# The names servers and apps look up by a constant of their code, which CPython interns: a
-# cached name that is that very object is found by identity, where an equal copy costs a string
-# comparison at every lookup (about 250 instructions). Not sys.intern on whatever a client
-# sends: 3.12 made interned strings immortal, and a client's made-up names would pile up.
-cdef dict _well_known_names = {_sys_intern(name): _sys_intern(name) for name in (
-    'AUTH_TYPE', 'CONTENT_LENGTH', 'CONTENT_TYPE', 'DOCUMENT_ROOT', 'DOCUMENT_URI',
-    'GATEWAY_INTERFACE', 'HTTPS', 'PATH_INFO', 'PATH_TRANSLATED', 'QUERY_STRING',
-    'REDIRECT_STATUS', 'REMOTE_ADDR', 'REMOTE_HOST', 'REMOTE_PORT', 'REMOTE_USER',
-    'REQUEST_METHOD', 'REQUEST_SCHEME', 'REQUEST_URI', 'SCGI', 'SCRIPT_FILENAME', 'SCRIPT_NAME',
-    'SERVER_ADDR', 'SERVER_NAME', 'SERVER_PORT', 'SERVER_PROTOCOL', 'SERVER_SOFTWARE',
-    'UWSGI_SCHEME', 'WSGI_SCRIPT_NAME', 'HTTP_ACCEPT', 'HTTP_ACCEPT_ENCODING',
-    'HTTP_ACCEPT_LANGUAGE', 'HTTP_AUTHORIZATION', 'HTTP_CONNECTION', 'HTTP_CONTENT_LENGTH',
-    'HTTP_CONTENT_TYPE', 'HTTP_COOKIE', 'HTTP_HOST', 'HTTP_IF_MODIFIED_SINCE',
-    'HTTP_IF_NONE_MATCH', 'HTTP_ORIGIN', 'HTTP_REFERER', 'HTTP_USER_AGENT',
-    'HTTP_X_FORWARDED_FOR', 'HTTP_X_FORWARDED_HOST', 'HTTP_X_FORWARDED_PROTO',
-    'HTTP_X_REQUESTED_WITH')}
-
-
-cdef inline str _cached_str(PyObject **cache, const unsigned char *p, Py_ssize_t n,
-                            dict canonical):
-    """``p[:n]`` decoded latin-1, the same str object as last time when its slot of ``cache``
-    still holds these bytes (a str is immutable: sharing it is invisible); at a miss,
-    ``canonical``'s object for that text when it has one."""
-    cdef size_t slot
-    cdef PyObject *cached
-    cdef PyObject *older
-    cdef str text
-    if n > _NAME_CACHE_MAX_LEN or n < 2:  # CPython already shares '' and 1-char strings
-        return PyUnicode_DecodeLatin1(<char *>p, n, NULL)
-    # Two ways per slot pair: two names of one slot (nginx's uwsgi_params have DOCUMENT_ROOT
-    # and REMOTE_PORT) would otherwise evict each other at every request.
-    slot = flupfast_name_slot(p, n, _NAME_CACHE_SLOTS - 1) & ~(<size_t>1)
-    cached = cache[slot]
-    if _holds(cached, p, n):
-        return <str>cached
-    older = cache[slot + 1]
-    if _holds(older, p, n):
-        return <str>older
-    text = PyUnicode_DecodeLatin1(<char *>p, n, NULL)
-    if canonical is not None:
-        text = canonical.get(text, text)
-    # The newcomer takes the first way, whose entry moves to the second; the older one goes.
-    Py_INCREF(text)
-    cache[slot] = <PyObject *>text
-    cache[slot + 1] = cached
-    Py_XDECREF(older)  # a str: its deallocation runs no Python code
-    return text
-
-
-cdef inline bint _holds(PyObject *cached, const unsigned char *p, Py_ssize_t n) noexcept:
-    return (cached != NULL and PyUnicode_GET_LENGTH(<object>cached) == n
-            and memcmp(PyUnicode_1BYTE_DATA(<object>cached), p, n) == 0)
-
-
-cdef str _decode_name(const unsigned char *p, Py_ssize_t n):
-    return _cached_str(_name_cache, p, n, _well_known_names)
-
-
-cdef str _decode_value(const unsigned char *p, Py_ssize_t n):
-    return _cached_str(_value_cache, p, n, None)
-
-
 cdef inline Py_ssize_t _peek_length(const unsigned char *p, Py_ssize_t *pos,
                                     Py_ssize_t end) noexcept:
     # _read_length without the errors: -1 where it would raise.
@@ -223,7 +105,8 @@ cdef dict _decode_params(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_
     order: both lengths, then the pair's extent, then the pair count (of distinct names)."""
     # One more than the cap: enough to reach the error without resizing; never wraps.
     cdef dict params = flupfast_dict_presized(
-        _count_pairs(p, end, max_pairs + 1 if max_pairs < PY_SSIZE_T_MAX else max_pairs))
+        _count_pairs(p, end, max_pairs + 1 if max_pairs < PY_SSIZE_T_MAX else max_pairs)
+        + FLUPFAST_GATEWAY_KEYS)
     cdef Py_ssize_t pos = 0
     cdef Py_ssize_t name_len, value_len
     cdef str name, value
@@ -241,6 +124,46 @@ cdef dict _decode_params(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_
         params[name] = value
         if len(params) > max_pairs:
             raise FastCGIError('more than %d name-value pairs in PARAMS' % max_pairs)
+    return params
+
+
+cdef Py_ssize_t _params_pairs(const unsigned char *p, Py_ssize_t end, _Pair *pairs) noexcept:
+    """The spans of the pairs in ``p[:end]`` (spec 3.4), or -1 for anything malformed or more
+    than ``_TEMPLATE_PAIRS`` pairs, which _decode_params then meets, with its errors."""
+    cdef Py_ssize_t pos = 0, count = 0, name_len, value_len
+    while pos < end:
+        if count == _TEMPLATE_PAIRS:
+            return -1
+        name_len = _peek_length(p, &pos, end)
+        if name_len < 0:
+            return -1
+        value_len = _peek_length(p, &pos, end)
+        if value_len < 0:
+            return -1
+        if <unsigned long long>name_len + <unsigned long long>value_len > \
+                <unsigned long long>(end - pos):
+            return -1
+        pairs[count].name = p + pos
+        pairs[count].name_len = name_len
+        pairs[count].value = p + pos + name_len
+        pairs[count].value_len = value_len
+        pos += name_len + value_len
+        count += 1
+    return count
+
+
+cdef dict _decode_request_params(const unsigned char *p, Py_ssize_t end,
+                                 Py_ssize_t max_pairs):
+    """_decode_params for a request's PARAMS: a copy of the last request's dict where the
+    names are the same (environ.pxi's _EnvironTemplate)."""
+    cdef _Pair pairs[<int>_TEMPLATE_PAIRS]
+    cdef Py_ssize_t count = _params_pairs(p, end, pairs)
+    cdef dict params = None
+    if count <= max_pairs:
+        params = _fcgi_template.copy_for(pairs, count)
+    if params is None:
+        params = _decode_params(p, end, max_pairs)
+        _fcgi_template.remember(params, pairs, count)
     return params
 
 
@@ -542,6 +465,7 @@ cdef class FastCGIParser:
         del self._params[key]
         self._params_held -= size
         events.append((_PARAMS, request_id,
-                       _decode_params(<const unsigned char *>PyByteArray_AS_STRING(stream),
-                                      size, self.max_params_pairs)))
+                       _decode_request_params(
+                           <const unsigned char *>PyByteArray_AS_STRING(stream), size,
+                           self.max_params_pairs)))
         return 0

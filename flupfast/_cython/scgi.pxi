@@ -1,8 +1,7 @@
 # SCGI codec, compiled: the twin of flupfast/protocols/scgi.py (decode_request) with the same
 # signature, results and errors. The header netstring is scanned in place (no copy of the
-# block), names and values go through the FastCGI codec's str caches (_decode_name,
-# _decode_value, same extension).
-# Included by flupfast/_speedups.pyx after fastcgi.pxi.
+# block), names and values go through environ.pxi's str caches and its copy of the last
+# request's environ. Included by flupfast/_speedups.pyx after environ.pxi and fastcgi.pxi.
 
 from flupfast.limits import MAX_SCGI_HEADER_BYTES
 from flupfast.protocols.errors import SCGIError
@@ -39,29 +38,34 @@ cdef object _content_length(str text, error):
     return value
 
 
-cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pairs):
-    # The pure twin's checks, in its order (see _decode_headers there).
-    cdef const unsigned char *end = p + n
-    cdef const unsigned char *name
+cdef Py_ssize_t _netstring_fields(const unsigned char *p, const unsigned char *end,
+                                  _Pair *pairs) noexcept:
+    """The NUL-ended fields of a header block that ends with a NUL, counted; while they are
+    at most ``_TEMPLATE_PAIRS`` pairs, the spans of each name and value go to ``pairs``."""
+    cdef Py_ssize_t fields = 0
+    cdef const unsigned char *nul
+    while p < end:
+        nul = <const unsigned char *>memchr(p, 0, end - p)
+        if fields < 2 * _TEMPLATE_PAIRS:
+            if fields & 1:
+                pairs[fields >> 1].value = p
+                pairs[fields >> 1].value_len = nul - p
+            else:
+                pairs[fields >> 1].name = p
+                pairs[fields >> 1].name_len = nul - p
+        fields += 1
+        p = nul + 1
+    return fields
+
+
+cdef dict _scgi_environ(const unsigned char *p, const unsigned char *end, Py_ssize_t count):
+    """The header block's pairs decoded (it ends with a NUL and holds ``count`` pairs)."""
+    cdef dict environ = flupfast_dict_presized(count + FLUPFAST_GATEWAY_KEYS)
+    cdef const unsigned char *name = p
     cdef const unsigned char *value
     cdef const unsigned char *nul
-    cdef Py_ssize_t fields = 0, name_len, value_len, i
-    cdef dict environ
+    cdef Py_ssize_t name_len, value_len
     cdef str key, text
-    cdef object length_text, scgi
-    if n == 0:
-        raise SCGIError('missing CONTENT_LENGTH (empty header block)')
-    if p[n - 1] != 0:
-        raise SCGIError('header block does not end with NUL')
-    for i in range(n):
-        if p[i] == 0:
-            fields += 1
-    if fields % 2:
-        raise SCGIError('header block has a name without a value')
-    if fields > 2 * max_pairs:
-        raise SCGIError('more than %d headers' % max_pairs)
-    environ = flupfast_dict_presized(fields // 2 + FLUPFAST_GATEWAY_KEYS)
-    name = p
     while name < end:
         nul = <const unsigned char *>memchr(name, 0, end - name)
         name_len = nul - name
@@ -77,6 +81,32 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
             raise SCGIError('conflicting CONTENT_LENGTH %r after %r' % (text, environ[key]))
         environ[key] = text
         name = nul + 1
+    return environ
+
+
+cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pairs):
+    # The pure twin's checks, in its order (see _decode_headers there).
+    cdef const unsigned char *end = p + n
+    cdef const unsigned char *value
+    cdef Py_ssize_t fields, name_len, value_len, count
+    cdef dict environ
+    cdef object length_text, scgi
+    cdef _Pair pairs[<int>_TEMPLATE_PAIRS]
+    if n == 0:
+        raise SCGIError('missing CONTENT_LENGTH (empty header block)')
+    if p[n - 1] != 0:
+        raise SCGIError('header block does not end with NUL')
+    fields = _netstring_fields(p, end, pairs)
+    if fields % 2:
+        raise SCGIError('header block has a name without a value')
+    if fields > 2 * max_pairs:
+        raise SCGIError('more than %d headers' % max_pairs)
+    # A copy of the last request's dict where the names are the same (environ.pxi).
+    count = fields // 2 if fields <= 2 * _TEMPLATE_PAIRS else -1
+    environ = _scgi_template.copy_for(pairs, count)
+    if environ is None:
+        environ = _scgi_environ(p, end, fields // 2)
+        _scgi_template.remember(environ, pairs, count)
     # The first pair: p[0:14] is its name when it is CONTENT_LENGTH.
     name_len = (<const unsigned char *>memchr(p, 0, n)) - p
     if name_len != 14 or memcmp(p, b'CONTENT_LENGTH', 14) != 0:

@@ -1,7 +1,7 @@
 # uwsgi codec, compiled: the twin of flupfast/protocols/uwsgi.py (decode_uwsgi_request) with
 # the same signature, results and errors. The vars block is scanned in place (no copy), names
-# and values go through the FastCGI codec's str caches (_decode_name, _decode_value, same
-# extension). Included by flupfast/_speedups.pyx after fastcgi.pxi and scgi.pxi.
+# and values go through environ.pxi's str caches and its copy of the last request's environ.
+# Included by flupfast/_speedups.pyx after environ.pxi, fastcgi.pxi and scgi.pxi.
 
 from flupfast.limits import MAX_UWSGI_VARS_BYTES
 from flupfast.protocols.errors import UWSGIError
@@ -24,7 +24,51 @@ cdef Py_ssize_t _count_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t m
     return pairs
 
 
+cdef Py_ssize_t _vars_pairs(const unsigned char *p, Py_ssize_t end, _Pair *pairs) noexcept:
+    """The spans of the vars block's pairs, or -1 for anything _uwsgi_environ would reject
+    and for more than ``_TEMPLATE_PAIRS`` pairs."""
+    cdef Py_ssize_t pos = 0, count = 0, size
+    while pos < end:
+        if count == _TEMPLATE_PAIRS or end - pos < 2:
+            return -1
+        size = _le16(p + pos)
+        pos += 2
+        if size == 0 or end - pos < size + 2:
+            return -1
+        pairs[count].name = p + pos
+        pairs[count].name_len = size
+        pos += size
+        size = _le16(p + pos)
+        pos += 2
+        if end - pos < size:
+            return -1
+        pairs[count].value = p + pos
+        pairs[count].value_len = size
+        pos += size
+        count += 1
+    return count
+
+
 cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs):
+    cdef _Pair pairs[<int>_TEMPLATE_PAIRS]
+    cdef Py_ssize_t count = _vars_pairs(p, end, pairs)
+    cdef dict environ = None
+    cdef str value
+    # A copy of the last request's dict where the names are the same (environ.pxi).
+    if count <= max_pairs:
+        environ = _uwsgi_template.copy_for(pairs, count)
+    if environ is None:
+        environ = _uwsgi_environ(p, end, max_pairs)
+        _uwsgi_template.remember(environ, pairs, count)
+    value = environ.get('CONTENT_LENGTH', '')
+    if not value:
+        return environ, 0
+    if not _all_digits(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value)):
+        raise UWSGIError('invalid CONTENT_LENGTH %r' % value)
+    return environ, _content_length(value, UWSGIError)
+
+
+cdef dict _uwsgi_environ(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs):
     # The pure twin's checks, in its order (see _decode_vars there).
     cdef Py_ssize_t pos = 0, size, pairs = 0
     cdef dict environ = flupfast_dict_presized(_count_vars(p, end, max_pairs)
@@ -61,12 +105,7 @@ cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pa
                 raise UWSGIError('conflicting CONTENT_LENGTH %r after %r' % (value, previous))
         environ[name] = value
         pairs += 1
-    value = environ.get('CONTENT_LENGTH', '')
-    if not value:
-        return environ, 0
-    if not _all_digits(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value)):
-        raise UWSGIError('invalid CONTENT_LENGTH %r' % value)
-    return environ, _content_length(value, UWSGIError)
+    return environ
 
 
 def decode_uwsgi_request(data, max_vars=MAX_UWSGI_VARS_BYTES, max_pairs=MAX_PARAMS_PAIRS):
