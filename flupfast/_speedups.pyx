@@ -22,7 +22,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyBy
 from cpython.dict cimport PyDict_Copy, PyDict_Next
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.bytes cimport (
-    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromFormat, PyBytes_FromStringAndSize,
+    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
     PyBytes_GET_SIZE)
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc

@@ -73,6 +73,17 @@ def test_content_length_only_for_one_item_results(backend):
     assert run(backend, gen) == [('head', b'200 OK', [], b'abc', False)]
 
 
+@pytest.mark.parametrize('size', [0, 1, 9, 10, 99, 100, 12345, 1000000, 10000001])
+def test_content_length_is_the_items_length_in_decimal(size, backend):
+    body = b'x' * size
+
+    def one(environ, start_response):
+        start_response('200 OK', [])
+        return [body]
+    [(_, _, headers, _, _)] = run(backend, one)
+    assert headers == [(b'Content-Length', str(size).encode())]
+
+
 def test_content_length_is_not_computed_for_a_list_of_two_items(backend):
     # flup adds Content-Length only when len(result) == 1 (fcgi_base.py:1121): a length from
     # the first item alone would announce 3 bytes of a 6-byte body (truncated behind nginx).
