@@ -136,22 +136,27 @@ ctypedef struct _Pair:
 
 cdef enum:
     _TEMPLATE_PAIRS = 96  # nginx's *_params and a browser's headers: 20-60 pairs
+    # Names sent again that a template follows: nginx's stock params, then a location's own
+    # SCRIPT_NAME or PATH_INFO. Each repeat is looked for among the names before it.
+    _TEMPLATE_REPEATS = 8
 
 
 @cython.final
 cdef class _EnvironTemplate:
-    """One codec's last environ whose names were all distinct, kept to be copied.
+    """One codec's last environ, kept to be copied, and the names of the pairs it came from.
 
-    The kept dict is never handed out, only copies of it, so its str objects (which
-    ``names`` and ``values`` borrow from it, in its order) stay as they were when kept."""
+    The kept dict is never handed out, only copies of it, so its str objects (which ``names``
+    and ``values`` borrow from it) stay as they were when kept. A name may come more than once:
+    the dict holds its last value at its first place, so only a name's last pair has a value
+    to compare (``values[i]`` is NULL for the others)."""
     cdef dict environ
-    cdef Py_ssize_t count
+    cdef Py_ssize_t count  # 0: nothing kept
     cdef PyObject *names[<int>_TEMPLATE_PAIRS]
     cdef PyObject *values[<int>_TEMPLATE_PAIRS]
 
     cdef dict copy_for(self, const _Pair *pairs, Py_ssize_t count):
-        """A new environ of these ``count`` pairs when their names are the kept ones in the
-        kept order (so each name once); None otherwise."""
+        """A new environ of these ``count`` pairs when their names are the kept pairs' names
+        in the kept order; None otherwise."""
         cdef Py_ssize_t i, j, changed = 0
         cdef Py_ssize_t differ[<int>_TEMPLATE_PAIRS]
         cdef dict environ
@@ -160,7 +165,8 @@ cdef class _EnvironTemplate:
         for i in range(count):
             if not _holds(self.names[i], pairs[i].name, pairs[i].name_len):
                 return None
-            if not _holds(self.values[i], pairs[i].value, pairs[i].value_len):
+            if self.values[i] != NULL and \
+                    not _holds(self.values[i], pairs[i].value, pairs[i].value_len):
                 differ[changed] = i
                 changed += 1
         environ = PyDict_Copy(self.environ)
@@ -171,19 +177,50 @@ cdef class _EnvironTemplate:
 
     cdef int remember(self, dict environ, const _Pair *pairs, Py_ssize_t count) except -1:
         """Keep a copy of ``environ``, which a codec has just decoded from these ``count``
-        pairs (``count`` < 0: more than the template holds), when each name came once: with a
-        repeated name the dict's order is not the pairs'."""
-        cdef Py_ssize_t i = 0, position = 0
+        pairs (``count`` < 0: more than a template holds). Not with more than
+        ``_TEMPLATE_REPEATS`` repeats, nor a repeated CONTENT_LENGTH (the codecs check that
+        its values agree)."""
+        cdef Py_ssize_t i, k, keys = 0, position = 0
         cdef PyObject *name
         cdef PyObject *value
+        cdef PyObject *key_names[<int>_TEMPLATE_PAIRS]
+        cdef PyObject *key_values[<int>_TEMPLATE_PAIRS]
+        cdef Py_ssize_t key_of[<int>_TEMPLATE_PAIRS]
+        cdef unsigned char seen[<int>_TEMPLATE_PAIRS]
         cdef dict kept
-        if count <= 0 or count > _TEMPLATE_PAIRS or len(environ) != count:
+        self.count = 0  # until the end, the arrays may point into a dict about to go
+        if count <= 0 or count > _TEMPLATE_PAIRS or \
+                not 0 <= count - len(environ) <= _TEMPLATE_REPEATS:
             return 0
         kept = PyDict_Copy(environ)
         while PyDict_Next(kept, &position, &name, &value):
-            self.names[i] = name
-            self.values[i] = value
-            i += 1
+            key_names[keys] = name
+            key_values[keys] = value
+            keys += 1
+        # Each pair's key: the next one where its name comes the first time, else an earlier
+        # one (the dict's order is the first times').
+        k = 0
+        for i in range(count):
+            if k < keys and _holds(key_names[k], pairs[i].name, pairs[i].name_len):
+                key_of[i] = k
+                k += 1
+                continue
+            key_of[i] = -1
+            for position in range(k):
+                if _holds(key_names[position], pairs[i].name, pairs[i].name_len):
+                    key_of[i] = position
+                    break
+            if key_of[i] < 0 or <str>key_names[key_of[i]] == 'CONTENT_LENGTH':
+                return 0
+        if k != keys:
+            return 0
+        # A key's value is its last pair's: the last pair of each key compares it.
+        memset(seen, 0, keys)
+        for i in range(count - 1, -1, -1):
+            k = key_of[i]
+            self.names[i] = key_names[k]
+            self.values[i] = NULL if seen[k] else key_values[k]
+            seen[k] = 1
         self.environ = kept  # the one it replaces goes only now: nothing above borrowed from it
         self.count = count
         return 0

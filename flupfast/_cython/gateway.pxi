@@ -74,7 +74,9 @@ cdef int _query_from_request_uri(dict environ) except -1:
     or '' (FastCGI's and SCGI's sanitize alike)."""
     uri = environ.get('REQUEST_URI')
     if uri is None or (type(uri) is str and '?' not in <str>uri):
-        environ['QUERY_STRING'] = ''  # no query (split's answer, without its list)
+        query = environ.get('QUERY_STRING')
+        if not (type(query) is str and PyUnicode_GET_LENGTH(query) == 0):
+            environ['QUERY_STRING'] = ''  # no query (split's answer, without its list)
     else:
         parts = uri.split('?', 1)
         environ['QUERY_STRING'] = parts[1] if len(parts) > 1 else ''

@@ -31,6 +31,14 @@ SEQUENCE = [
     BASE[::-1],                                           # the same names, another order
     BASE,
     BASE + [('HTTP_HOST', 'other.example')],             # a name twice: the last value wins
+    _with(BASE, HTTP_HOST='x') + [('HTTP_HOST', 'other.example')],  # only a hidden one changes
+    BASE + [('HTTP_HOST', 'third.example')],             # the last value changes
+    _with(BASE, HTTP_HOST='x') + [('HTTP_HOST', 'third.example')],  # one it hides changes
+    [('REQUEST_METHOD', 'POST')] + BASE[1:] + [('HTTP_HOST', 'third.example')],
+    BASE + [('Q', '2'), ('HTTP_HOST', 'y')],              # two names twice
+    BASE + [('HTTP_HOST', 'y'), ('Q', '2')],              # the same repeats, other order
+    BASE + [('Q', str(i)) for i in range(9)],             # more repeats than a template follows
+    BASE + [('Q', str(i)) for i in range(9)],
     BASE,
     [('HTTP_HOSU' if n == 'HTTP_HOST' else n, v) for n, v in BASE],  # same length, other bytes
     _with(BASE, HTTP_HOST='example.orh'),                # a value of the same length
@@ -120,6 +128,19 @@ def test_a_value_checked_after_decoding_is_checked_when_the_names_repeat(backend
                 == _outcome(decode, error, PURE, pairs))
     assert _outcome(decode, error, backend, [(n, names.get(n, v)) for n, v in good])[0] \
         == 'error'
+
+
+@pytest.mark.parametrize('codec', ['scgi', 'uwsgi'])
+def test_a_repeated_content_length_is_checked_when_the_names_repeat(backend, codec):
+    """Its values must agree: the same error as the pure twin's once they do not, even after
+    requests with those names decoded."""
+    decode, error = CODECS[codec]
+    first = [('CONTENT_LENGTH', '0'), ('SCGI', '1')] + BASE
+    for last in ('0', '0', '7', '0'):
+        pairs = first + [('CONTENT_LENGTH', last)]
+        assert (_outcome(decode, error, backend, pairs)
+                == _outcome(decode, error, PURE, pairs))
+    assert _outcome(decode, error, backend, first + [('CONTENT_LENGTH', '7')])[0] == 'error'
 
 
 POOL = ['REQUEST_METHOD', 'REMOTE_PORT', 'HTTP_HOST', 'HTTP_COOKIE', 'A', 'B' * 50, 'N\xe9']
