@@ -9,19 +9,6 @@
 # the fields (worked out per class, _ClassPlan). Any other class, or arguments of another
 # shape, is called. Included after scgi_serve.pxi.
 
-cdef extern from *:
-    """
-    /* cls.__new__(cls) without the call through its Python wrapper: the class's tp_new (the
-       one ConnectionState's, inherited) with no arguments. */
-    static PyObject *flupfast_type_new(PyObject *cls) {
-        static PyObject *no_args = NULL;
-        if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
-            return NULL;
-        return ((PyTypeObject *)cls)->tp_new((PyTypeObject *)cls, no_args, NULL);
-    }
-    """
-    object flupfast_type_new(object cls)
-
 cdef object _object_init = object.__init__
 cdef object _connection_module = None  # flupfast.connection, once a class was worked out
 cdef object _fcgi_module = None        # flupfast.fastcgi_connection, likewise

@@ -56,12 +56,14 @@ cdef bint _sanitize_cgi_fast(environ) except -1:
     """sanitize_cgi_environ where it changes at most QUERY_STRING; False, with the environ
     untouched, for the pure twin to do the rest."""
     cdef object query
-    if type(environ) is not dict or 'SCRIPT_NAME' not in environ \
-            or not environ.get('PATH_INFO') or 'REQUEST_METHOD' not in environ \
-            or 'SERVER_NAME' not in environ or 'SERVER_PORT' not in environ \
-            or 'SERVER_PROTOCOL' not in environ:
+    if type(environ) is not dict:
         return False
-    query = environ.get('QUERY_STRING')
+    cdef dict variables = <dict>environ
+    if 'SCRIPT_NAME' not in variables or not variables.get('PATH_INFO') \
+            or 'REQUEST_METHOD' not in variables or 'SERVER_NAME' not in variables \
+            or 'SERVER_PORT' not in variables or 'SERVER_PROTOCOL' not in variables:
+        return False
+    query = variables.get('QUERY_STRING')
     if query is None:
         return False
     if not query:

@@ -166,6 +166,21 @@ cdef bint _socket_layout_holds():
         two.close()
 
 
+cdef extern from *:
+    """
+    /* cls.__new__(cls) without the call through its Python wrapper: the class's tp_new (an
+       override's too) with no arguments. For the accepted socket and connection.pxi's
+       connections. */
+    static PyObject *flupfast_type_new(PyObject *cls) {
+        static PyObject *no_args = NULL;
+        if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
+            return NULL;
+        return ((PyTypeObject *)cls)->tp_new((PyTypeObject *)cls, no_args, NULL);
+    }
+    """
+    object flupfast_type_new(object cls)
+
+
 cdef bint _can_build_socket(cls):
     """Whether _new_socket may build ``cls`` itself: socket.py's class as this module knows it.
     Anything else (a later CPython's, a replaced class) is built by calling it."""
@@ -181,7 +196,7 @@ cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
     if not direct:
         return cls(family, type_, proto, fileno=fd)
     cdef bint layout_known = _socket_layout_known()
-    sock = cls.__new__(cls)
+    sock = flupfast_type_new(cls)
     if layout_known and _socket_module.getdefaulttimeout() is None:
         state = <flupfast_socket_state *><PyObject *>sock
         if state.sock_fd != -1:

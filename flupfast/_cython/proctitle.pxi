@@ -106,8 +106,12 @@ cdef class WorkerTitle:
         self._begin(environ)
 
     cdef _begin(self, environ):
-        method = environ.get('REQUEST_METHOD', '-')
-        uri = environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')
+        if type(environ) is dict:  # the codecs': its lookups in C, not method calls
+            method = (<dict>environ).get('REQUEST_METHOD', '-')
+            uri = (<dict>environ).get('REQUEST_URI') or (<dict>environ).get('PATH_INFO', '')
+        else:
+            method = environ.get('REQUEST_METHOD', '-')
+            uri = environ.get('REQUEST_URI') or environ.get('PATH_INFO', '')
         if self._area == NULL or type(method) is not str or type(uri) is not str or \
                 '\0' in <str>method or '\0' in <str>uri:
             # ops.proctitle.busy_title's text (that module imports this one through _impl)
