@@ -479,7 +479,8 @@ cdef int _stock_handler_flags(server, request_class) except -1:
 
 cdef _stock_handler(server, int flags, environ, stdin, output):
     """BaseSCGIServer.handler with its _environ_for (SCGI's or uwsgi's) and _sanitizeEnv."""
-    _build_environ(environ, server.environ, stdin, _sys.stderr, server.multithreaded,
+    multithreaded = server.multithreaded
+    _build_environ(environ, server.environ, stdin, _sys.stderr, multithreaded,
                    server.multiprocess, False)
     environ['wsgi.file_wrapper'] = _gw_FileWrapper
     if flags & _OWN_UWSGI_ENVIRON:
@@ -488,7 +489,7 @@ cdef _stock_handler(server, int flags, environ, stdin, output):
     if not (type(environ) is dict and _sanitize_common(environ, server)):
         server._sanitizeEnv(environ)
     _run_application(server.application, environ, output,
-                     None if server.multithreaded else server._appLock)
+                     None if multithreaded else server._appLock)
 
 
 cdef _run_stock_request(ConnectionState conn, server, request_class, int flags, environ,
@@ -612,7 +613,8 @@ cdef _finish(ConnectionState conn, int flags):
         return
     body = conn._body
     conn._body = None
-    if body is not None and body.left > 0:
+    if body is not None and (
+            (<BodySource>body).left if type(body) is BodySource else body.left) > 0:
         conn.linger_close()
     else:
         _close(conn, flags)
