@@ -159,7 +159,12 @@ cdef class _EnvironTemplate:
         in the kept order; None otherwise."""
         cdef Py_ssize_t i, j, changed = 0
         cdef Py_ssize_t differ[<int>_TEMPLATE_PAIRS]
+        cdef PyObject *changed_names[<int>_TEMPLATE_PAIRS]  # borrowed from kept
         cdef dict environ
+        # Held here: the copy's allocation may run a collection (up to 3.11), whose finalizers
+        # (or another thread they hand the GIL to) may decode and replace this template; the
+        # dict it keeps, and the names borrowed from it, stay as they are while held.
+        cdef dict kept = self.environ
         if count != self.count or count <= 0:
             return None
         for i in range(count):
@@ -168,11 +173,12 @@ cdef class _EnvironTemplate:
             if self.values[i] != NULL and \
                     not _holds(self.values[i], pairs[i].value, pairs[i].value_len):
                 differ[changed] = i
+                changed_names[changed] = self.names[i]
                 changed += 1
-        environ = PyDict_Copy(self.environ)
+        environ = PyDict_Copy(kept)
         for j in range(changed):
             i = differ[j]
-            environ[<str>self.names[i]] = _decode_value(pairs[i].value, pairs[i].value_len)
+            environ[<str>changed_names[j]] = _decode_value(pairs[i].value, pairs[i].value_len)
         return environ
 
     cdef int remember(self, dict environ, const _Pair *pairs, Py_ssize_t count) except -1:

@@ -143,6 +143,47 @@ def test_a_repeated_content_length_is_checked_when_the_names_repeat(backend, cod
     assert _outcome(decode, error, backend, first + [('CONTENT_LENGTH', '7')])[0] == 'error'
 
 
+@pytest.mark.parametrize('codec', ['scgi', 'uwsgi'])
+def test_a_collection_during_the_copy_that_decodes_again_changes_nothing(backend, codec):
+    """Up to CPython 3.11 the copy's allocation may run a collection, whose finalizer (or a
+    thread it hands the GIL to) decodes another request of the same codec: the request being
+    copied keeps its own names and values. (FastCGI's parser allocates its events first: a
+    collection would run there.)"""
+    import gc
+    decode = {'scgi': backend.decode_scgi_request, 'uwsgi': backend.decode_uwsgi_request}[codec]
+    encode = {'scgi': s.encode_request, 'uwsgi': u.encode_request}[codec]
+    first = encode([('HTTP_A', 'one'), ('HTTP_B', 'x1')])
+    second = encode([('HTTP_A', 'one'), ('HTTP_B', 'x2')])
+    other = encode([('ZZ_P', 'p'), ('ZZ_Q', 'q')])
+
+    class DecodesWhenCollected:
+        def __del__(self):
+            decode(other)
+
+    decode(first)
+    threshold = gc.get_threshold()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        hold = [{} for _ in range(500)]  # no free dict left: the copy allocates one
+        garbage = DecodesWhenCollected()
+        garbage.cycle = garbage
+        del garbage
+        gc.set_threshold(1)
+        gc.enable()
+        environ = decode(second)[0]  # the bytes are ready: the copy is the first allocation
+    finally:
+        gc.set_threshold(*threshold)
+        if not was_enabled:
+            gc.disable()
+        del hold
+    gc.collect()
+    assert list(environ.items()) == list(PURE_DECODE[codec](second)[0].items())
+
+
+PURE_DECODE = {'scgi': PURE.decode_scgi_request, 'uwsgi': PURE.decode_uwsgi_request}
+
+
 POOL = ['REQUEST_METHOD', 'REMOTE_PORT', 'HTTP_HOST', 'HTTP_COOKIE', 'A', 'B' * 50, 'N\xe9']
 latin1 = st.characters(min_codepoint=0, max_codepoint=255)
 requests = st.lists(st.tuples(st.sampled_from(POOL), st.sampled_from(['', '1', 'GET', 'x' * 45])
