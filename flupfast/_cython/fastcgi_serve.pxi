@@ -39,6 +39,10 @@ cdef object _fcgi_logger = _logging.getLogger('flupfast')  # fastcgi_connection'
 # OWN_METHODS: importing them here would make a cycle (they import _impl, which imports this
 # extension), and a name patched into either module is seen here as their code sees it.
 cdef dict _fcgi_py = None
+# fastcgi_streams' _completed_records and its cache of the usual end's bytes per request id:
+# read here while the function fastcgi_connection calls is that one (a patch is called).
+cdef object _own_completed_records = None
+cdef dict _completed_by_id = None
 cdef dict _fcgi_base_ns = None
 
 
@@ -552,7 +556,7 @@ cdef class _FcgiChain:
                 and not stderr.dataWritten and not stderr._held):
             # The usual end (output written, nothing on stderr): prebuilt bytes.
             stdout.closed = stderr.closed = True
-            buffers = [_fcgi_py['_completed_records'](request_id)]
+            buffers = [_completed_records(request_id)]
         else:
             buffers = stdout.end_buffers() + stderr.end_buffers()
             buffers.append(_encode_end_request(request_id, app_status, protocol_status))
@@ -637,6 +641,21 @@ cdef class _FcgiChain:
             self.current.end_inputs()
             self.current = None
         return 0
+
+
+cdef object _completed_records(request_id):
+    """fastcgi_connection's _completed_records(request_id), its cache read in C."""
+    global _own_completed_records, _completed_by_id
+    completed = _fcgi_py['_completed_records']
+    if completed is _own_completed_records:
+        records = _completed_by_id.get(request_id)
+        if records is not None:
+            return records
+    elif _own_completed_records is None:
+        from flupfast import fastcgi_streams
+        _own_completed_records = fastcgi_streams._completed_records
+        _completed_by_id = fastcgi_streams._completed
+    return completed(request_id)
 
 
 def run_fcgi(conn):

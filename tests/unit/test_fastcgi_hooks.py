@@ -15,7 +15,7 @@ from flupfast import fastcgi_connection
 from flupfast.protocols import fastcgi as f
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
-from tests.unit.connection_harness import hello
+from tests.unit.connection_harness import hello, read_to_eof
 from tests.unit.hook_spies import mount_by_sanitize, spy_on_instance, wraps_spy
 from tests.unit.test_fastcgi_connection import Harness, environ_app, use_backend  # noqa: F401
 
@@ -229,3 +229,33 @@ def test_a_connection_made_multiplexed_after_its_init_takes_a_send_lock(use_back
     assert h.request('/').body == b'Hello world!\n'
     h.join()
     assert type(built[0]._send_lock) is type(__import__('threading').Lock())
+
+
+@pytest.mark.parametrize('request_id', [1, 64, 65, 300, 0xFFFF])
+def test_the_usual_end_names_the_request(use_backend, request_id):
+    """The prebuilt end of a request (empty STDOUT, then END_REQUEST; cached for ids up to
+    64, built for the rest) carries its own request id."""
+    harness = Harness(hello)
+    for _ in range(2):  # the second time from the cache, where the id has one
+        with harness.connect() as sock:
+            sock.sendall(request_bytes('/', request_id=request_id))
+            data = read_to_eof(sock)
+        assert data.endswith(f.encode_record(f.FCGI_STDOUT, request_id)
+                             + f.encode_end_request(request_id, 0, f.FCGI_REQUEST_COMPLETE))
+    harness.join()
+
+
+def test_a_patched_completed_records_is_called(use_backend, monkeypatch):
+    harness = Harness(hello)
+    assert harness.request('/').end == (0, f.FCGI_REQUEST_COMPLETE)
+    original = fastcgi_connection._completed_records
+    called = []
+
+    def spy(request_id):
+        called.append(request_id)
+        return original(request_id)
+    monkeypatch.setattr(fastcgi_connection, '_completed_records', spy)
+    # Id 1 again, whose end bytes the first request left in the cache.
+    assert harness.request('/').end == (0, f.FCGI_REQUEST_COMPLETE)
+    assert called == [1]
+    harness.join()
