@@ -80,10 +80,14 @@ cdef inline Py_ssize_t _peek_length(const unsigned char *p, Py_ssize_t *pos,
             | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3])
 
 
-cdef Py_ssize_t _count_pairs(const unsigned char *p, Py_ssize_t end, Py_ssize_t limit) noexcept:
-    """How many pairs the stream seems to hold (at most ``limit``), to size the dict once;
-    stops quietly at anything malformed, which the decoding loop then reports."""
+cdef Py_ssize_t _scan_pairs(const unsigned char *p, Py_ssize_t end, Py_ssize_t limit,
+                           _Pair *pairs, bint *whole) noexcept:
+    """How many well-formed pairs the stream starts with (at most ``limit``), to size the dict
+    once; stops quietly at anything malformed, which the decoding loop then reports. With
+    ``pairs``, the spans of the first ``_TEMPLATE_PAIRS`` go there; with ``whole``, whether the
+    pairs counted are all of the stream."""
     cdef Py_ssize_t pos = 0, count = 0, name_len, value_len
+    cdef Py_ssize_t scanned = 0  # where the last whole pair ends (a break may leave pos past it)
     while pos < end and count < limit:
         name_len = _peek_length(p, &pos, end)
         if name_len < 0:
@@ -95,18 +99,35 @@ cdef Py_ssize_t _count_pairs(const unsigned char *p, Py_ssize_t end, Py_ssize_t 
         if <unsigned long long>name_len + <unsigned long long>value_len > \
                 <unsigned long long>(end - pos):
             break
+        if pairs != NULL and count < _TEMPLATE_PAIRS:
+            pairs[count].name = p + pos
+            pairs[count].name_len = name_len
+            pairs[count].value = p + pos + name_len
+            pairs[count].value_len = value_len
         pos += name_len + value_len
+        scanned = pos
         count += 1
+    if whole != NULL:
+        whole[0] = scanned == end
     return count
+
+
+cdef inline Py_ssize_t _pairs_to_count(Py_ssize_t max_pairs) noexcept:
+    # One more than the cap: enough to reach the error without resizing; never wraps.
+    return max_pairs + 1 if max_pairs < PY_SSIZE_T_MAX else max_pairs
 
 
 cdef dict _decode_params(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs):
     """Spec 3.4 name-value pairs -> dict of latin-1 str, with the pure twin's checks in its
     order: both lengths, then the pair's extent, then the pair count (of distinct names)."""
-    # One more than the cap: enough to reach the error without resizing; never wraps.
-    cdef dict params = flupfast_dict_presized(
-        _count_pairs(p, end, max_pairs + 1 if max_pairs < PY_SSIZE_T_MAX else max_pairs)
-        + FLUPFAST_GATEWAY_KEYS)
+    return _decode_counted(p, end, max_pairs,
+                           _scan_pairs(p, end, _pairs_to_count(max_pairs), NULL, NULL))
+
+
+cdef dict _decode_counted(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs,
+                          Py_ssize_t counted):
+    """_decode_params, the pairs already counted (_scan_pairs) for the dict's size."""
+    cdef dict params = flupfast_dict_presized(counted + FLUPFAST_GATEWAY_KEYS)
     cdef Py_ssize_t pos = 0
     cdef Py_ssize_t name_len, value_len
     cdef str name, value
@@ -127,42 +148,20 @@ cdef dict _decode_params(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_
     return params
 
 
-cdef Py_ssize_t _params_pairs(const unsigned char *p, Py_ssize_t end, _Pair *pairs) noexcept:
-    """The spans of the pairs in ``p[:end]`` (spec 3.4), or -1 for anything malformed or more
-    than ``_TEMPLATE_PAIRS`` pairs, which _decode_params then meets, with its errors."""
-    cdef Py_ssize_t pos = 0, count = 0, name_len, value_len
-    while pos < end:
-        if count == _TEMPLATE_PAIRS:
-            return -1
-        name_len = _peek_length(p, &pos, end)
-        if name_len < 0:
-            return -1
-        value_len = _peek_length(p, &pos, end)
-        if value_len < 0:
-            return -1
-        if <unsigned long long>name_len + <unsigned long long>value_len > \
-                <unsigned long long>(end - pos):
-            return -1
-        pairs[count].name = p + pos
-        pairs[count].name_len = name_len
-        pairs[count].value = p + pos + name_len
-        pairs[count].value_len = value_len
-        pos += name_len + value_len
-        count += 1
-    return count
-
-
 cdef dict _decode_request_params(const unsigned char *p, Py_ssize_t end,
                                  Py_ssize_t max_pairs):
     """_decode_params for a request's PARAMS: a copy of the last request's dict where the
-    names are the same (environ.pxi's _EnvironTemplate)."""
+    names are the same (environ.pxi's _EnvironTemplate). One scan counts the pairs for both."""
     cdef _Pair pairs[<int>_TEMPLATE_PAIRS]
-    cdef Py_ssize_t count = _params_pairs(p, end, pairs)
+    cdef bint whole
+    cdef Py_ssize_t counted = _scan_pairs(p, end, _pairs_to_count(max_pairs), pairs, &whole)
+    # The template's count: -1 for a malformed stream or one of more pairs than it holds.
+    cdef Py_ssize_t count = counted if whole and counted <= _TEMPLATE_PAIRS else -1
     cdef dict params = None
     if count <= max_pairs:
         params = _fcgi_template.copy_for(pairs, count)
     if params is None:
-        params = _decode_params(p, end, max_pairs)
+        params = _decode_counted(p, end, max_pairs, counted)
         _fcgi_template.remember(params, pairs, count)
     return params
 

@@ -58,7 +58,9 @@ cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pa
     if count <= max_pairs:
         environ = _uwsgi_template.copy_for(pairs, count)
     if environ is None:
-        environ = _uwsgi_environ(p, end, max_pairs)
+        # Sized by the spans counted, or (none: malformed or too many) counted leniently.
+        environ = _uwsgi_environ(p, end, max_pairs, count if count >= 0
+                                 else _count_vars(p, end, max_pairs))
         _uwsgi_template.remember(environ, pairs, count)
     value = environ.get('CONTENT_LENGTH', '')
     if not value:
@@ -68,11 +70,11 @@ cdef tuple _uwsgi_vars(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pa
     return environ, _content_length(value, UWSGIError)
 
 
-cdef dict _uwsgi_environ(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs):
-    # The pure twin's checks, in its order (see _decode_vars there).
+cdef dict _uwsgi_environ(const unsigned char *p, Py_ssize_t end, Py_ssize_t max_pairs,
+                         Py_ssize_t counted):
+    # The pure twin's checks, in its order (see _decode_vars there); ``counted`` sizes the dict.
     cdef Py_ssize_t pos = 0, size, pairs = 0
-    cdef dict environ = flupfast_dict_presized(_count_vars(p, end, max_pairs)
-                                               + FLUPFAST_GATEWAY_KEYS)
+    cdef dict environ = flupfast_dict_presized(counted + FLUPFAST_GATEWAY_KEYS)
     cdef str name, value
     cdef object previous
     cdef bint content_length

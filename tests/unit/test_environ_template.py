@@ -184,6 +184,23 @@ def test_a_collection_during_the_copy_that_decodes_again_changes_nothing(backend
 PURE_DECODE = {'scgi': PURE.decode_scgi_request, 'uwsgi': PURE.decode_uwsgi_request}
 
 
+@pytest.mark.parametrize('tail', [b'\x05', b'\x05\x03AB', b'\x85\x00'])
+def test_a_fastcgi_stream_cut_after_the_names_of_the_last_request_is_an_error(backend, tail):
+    """The last request's pairs, whole, then a pair cut short (a name length alone, a pair
+    running past the end, a 4-byte length cut): the pure twin's error, not the last dict."""
+    results = []
+    for twin in (backend, PURE):
+        parser = twin.FastCGIParser()
+        _fcgi_decode(twin, BASE)
+        stream = f.encode_params(BASE) + tail
+        try:
+            parser.feed(f.encode_begin_request(1) + f.encode_stream(f.FCGI_PARAMS, 1, stream))
+            results.append('decoded')
+        except FastCGIError as exc:
+            results.append(str(exc))
+    assert results[0] == results[1] != 'decoded'
+
+
 POOL = ['REQUEST_METHOD', 'REMOTE_PORT', 'HTTP_HOST', 'HTTP_COOKIE', 'A', 'B' * 50, 'N\xe9']
 latin1 = st.characters(min_codepoint=0, max_codepoint=255)
 requests = st.lists(st.tuples(st.sampled_from(POOL), st.sampled_from(['', '1', 'GET', 'x' * 45])
