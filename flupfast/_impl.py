@@ -102,6 +102,7 @@ TWINS = (
     ("run_job", "run_job", "flupfast.serving.job", "run_job"),
     ("new_job", "new_job", "flupfast.serving.job", "new_job"),
     ("ConnectionState", "ConnectionState", "flupfast.connection_state", "ConnectionState"),
+    ("FastCGIState", "FastCGIState", "flupfast.connection_state", "FastCGIState"),
 )
 
 # Pure twins bound on first use: the child loop lives with the prefork mode (serving/), which
@@ -109,7 +110,7 @@ TWINS = (
 # ops.proctitle, whose WorkerTitle is a twin; serving.job, whose run_job and new_job are, and
 # which connection_state imports for the job contract's defaults).
 LAZY = frozenset({"serve_child", "ChildJobs", "Leader", "serve_scgi", "run_scgi", "run_fcgi",
-                  "WorkerTitle", "run_job", "new_job", "ConnectionState"})
+                  "WorkerTitle", "run_job", "new_job", "ConnectionState", "FastCGIState"})
 
 
 def runs_compiled(kind):

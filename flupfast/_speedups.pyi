@@ -190,3 +190,15 @@ class ConnectionState:
     on_idle: Any
     may_keep: Any
     max_requests: Any
+
+
+class FastCGIState(ConnectionState):
+    """A FastCGI connection's state in C fields (see flupfast/connection_state.py)."""
+    timeout: Any
+    _config: Any
+    can_park: Any
+    max_content: Any
+    _parser: Any
+    _events: Any
+    _requests: Any
+    _request_threads: Any

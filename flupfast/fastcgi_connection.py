@@ -126,11 +126,12 @@ class FastCGIConfig:
         self.capability = {} if capability is None else capability
 
 
-class FastCGIConnection(Connection):
+class FastCGIConnection(Connection, _impl.FastCGIState):
     """A FastCGI connection from the web server (spec 3): requests one after another in this
     thread, or, when the server is ``multiplexed``, each in its own thread while this one reads.
     A subclass may fix ``multiplexed`` as a class attribute (fcgi_base's two classes do: no
-    __init__ of their own per connection); None takes the server's config.
+    __init__ of their own per connection); None takes the server's config. What __init__
+    writes is FastCGIState's (connection_state.py).
     """
 
     multiplexed = None

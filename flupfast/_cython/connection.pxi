@@ -17,14 +17,15 @@ cdef object _fcgi_module = None        # flupfast.fastcgi_connection, likewise
 cdef bint _inits_are(cls, str first) except -1:
     """Whether ``cls(...)`` runs only flupfast's ``__init__`` of kind ``first`` and, through
     its super() call, Connection's (in that order along the MRO) after ConnectionState's
-    ``__new__``, under the plain metaclass, keeping its state in ConnectionState's fields."""
+    (or FastCGIState's) ``__new__``, under the plain metaclass, keeping its state in their
+    fields."""
     if type(cls) is not type or not _state_in_place(cls):
         return False
     expected = [_OWN_METHODS.get(first, _NOT_OWN), _OWN_METHODS.get('connection_init', _NOT_OWN),
                 _object_init]
     for klass in (<type>cls).__mro__:
         namespace = klass.__dict__
-        if klass is not object and klass is not ConnectionState and '__new__' in namespace:
+        if '__new__' in namespace and klass not in (object, ConnectionState, FastCGIState):
             return False
         if '__init__' in namespace:  # even None: calling the class then fails, as it should
             if not expected or namespace['__init__'] is not expected[0]:
@@ -47,9 +48,9 @@ cdef int _work_out_construction(cls) except -1:
 
 cdef int _work_out_fcgi_construction(cls) except -1:
     """1 when ``cls(sock, addr, server, timeout, config)`` is FastCGIConnection's
-    construction (_inits_are); else 0."""
+    construction (_inits_are) on FastCGIState's fields; else 0."""
     global _fcgi_module
-    if not _inits_are(cls, 'fcgi_init'):
+    if not (_inits_are(cls, 'fcgi_init') and issubclass(cls, FastCGIState)):
         return 0
     if _fcgi_module is None:
         from flupfast import fastcgi_connection
@@ -102,12 +103,12 @@ cdef ConnectionState _new_logged_connection(cls, sock, addr, server, timeout):
     return conn
 
 
-cdef ConnectionState _new_fcgi_connection(cls, sock, addr, server, timeout, config):
+cdef FastCGIState _new_fcgi_connection(cls, sock, addr, server, timeout, config):
     """FastCGIConnection.__init__(conn, sock, addr, server, timeout, config) on a new ``cls``,
     with Connection.__init__ first, as its super() call runs it. What it looks up at each call
     (the server's config, the parser class through _impl, collections.deque, threading.Lock)
     is looked up here too: a monkeypatch made after import applies alike."""
-    cdef ConnectionState conn = _connection_init(cls, sock, addr)
+    cdef FastCGIState conn = <FastCGIState>_connection_init(cls, sock, addr)
     conn.server = server
     conn.timeout = timeout
     if config is None:
@@ -120,7 +121,7 @@ cdef ConnectionState _new_fcgi_connection(cls, sock, addr, server, timeout, conf
         conn._send_lock = _fcgi_module.threading.Lock()
     conn.can_park = not multiplexed
     conn.max_content = config.max_content
-    conn._parser = _fcgi_module._impl.FastCGIParser()
+    conn._parser = _new_parser(_fcgi_module._impl.FastCGIParser)
     conn._events = _fcgi_module.collections.deque()
     conn._requests = {}
     conn._request_threads = []

@@ -468,3 +468,16 @@ cdef class FastCGIParser:
                            <const unsigned char *>PyByteArray_AS_STRING(stream), size,
                            self.max_params_pairs)))
         return 0
+
+
+cdef object _new_parser(parser_class):
+    """``parser_class()``: the compiled FastCGIParser without the call's argument parsing
+    (what its ``__init__`` sets with the default caps, beside ``__cinit__``'s), any other
+    called."""
+    cdef FastCGIParser parser
+    if parser_class is not FastCGIParser:
+        return parser_class()
+    parser = FastCGIParser.__new__(FastCGIParser)
+    parser.max_params_bytes = MAX_PARAMS_BYTES
+    parser.max_params_pairs = MAX_PARAMS_PAIRS
+    return parser

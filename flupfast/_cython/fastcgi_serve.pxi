@@ -69,8 +69,9 @@ cdef int _all_own(cls, tuple marks) except -1:
 
 
 cdef int _work_out_fcgi_conn(cls) except -1:
-    # The chain reads the connection's state in place (state.pxi).
-    return _all_own(cls, _FCGI_CONN_OWN) and _state_in_place(cls)
+    # The chain reads the connection's state in place (state.pxi), FastCGIState's too.
+    return _all_own(cls, _FCGI_CONN_OWN) and issubclass(cls, FastCGIState) and \
+        _state_in_place(cls)
 
 
 cdef int _work_out_fcgi_request(cls) except -1:
@@ -91,7 +92,7 @@ cdef bint _fcgi_runs_compiled(conn) except -1:
     global _fcgi_base_ns
     if not _fcgi_conn_plan.get(type(conn), _work_out_fcgi_conn):
         return False
-    if conn.multiplexed or conn.timeout:
+    if conn.multiplexed or (<FastCGIState>conn).timeout:  # the plan: a FastCGIState
         return False
     server = conn.server
     if not _fcgi_request_plan.get(server.request_class, _work_out_fcgi_request):
@@ -298,7 +299,7 @@ cdef InputStream _input_stream(pull):
 cdef class _FcgiChain:
     """One run of a connection: its records not yet handled, its request, its send queue."""
 
-    cdef ConnectionState conn
+    cdef FastCGIState conn
     cdef object sock
     cdef object server
     cdef object parser_obj
@@ -313,7 +314,7 @@ cdef class _FcgiChain:
     cdef long served
     cdef bint closed
 
-    cdef int init(self, ConnectionState conn) except -1:
+    cdef int init(self, FastCGIState conn) except -1:
         self.conn = conn
         self.sock = conn._sock
         self.server = conn.server
@@ -666,12 +667,12 @@ def run_fcgi(conn):
 cdef object _run_fcgi(job):
     global _fcgi_py
     cdef _FcgiChain chain
-    cdef ConnectionState conn
+    cdef FastCGIState conn
     if _fcgi_py is None:
         _fcgi_py = _OWN_METHODS['fcgi:_serve'].__globals__
     if not _fcgi_runs_compiled(job):
         return _fcgi_py['run'](job)
-    conn = <ConnectionState>job  # _fcgi_runs_compiled: a class with its state in place
+    conn = <FastCGIState>job  # _fcgi_runs_compiled: a class with its state in place
     chain = _FcgiChain.__new__(_FcgiChain)
     chain.init(conn)
     try:

@@ -11,6 +11,7 @@
 
 import copyreg as _copyreg
 
+from flupfast.connection_state import FASTCGI_STATE_FIELDS as _FASTCGI_STATE_FIELDS
 from flupfast.connection_state import STATE_FIELDS as _STATE_FIELDS
 from flupfast.serving.job import Job as _Job
 
@@ -39,24 +40,40 @@ cdef class ConnectionState:
     def __reduce_ex__(self, protocol):
         """copy.copy() and pickle as for the pure twin: the class, then the instance's dict
         and the fields (as __slots__ state; what they hold may refuse, as a socket does)."""
-        fields = {name: getattr(self, name) for name in _STATE_FIELDS}
+        names = _FASTCGI_STATE_FIELDS + _STATE_FIELDS if isinstance(self, FastCGIState) \
+            else _STATE_FIELDS
+        fields = {name: getattr(self, name) for name in names}
         return (_copyreg.__newobj__, (type(self),), (getattr(self, '__dict__', None), fields))
+
+
+cdef class FastCGIState(ConnectionState):
+    """A FastCGI connection's state (see flupfast/connection_state.py): what its __init__
+    writes at every connection, which had been the instance's dict (eight inserts, the dict
+    made and freed: bench/profile-new-connection.md section 18)."""
+
+    cdef public object timeout, _config, can_park, max_content, _parser, _events
+    cdef public object _requests, _request_threads
 
 
 cdef tuple _ACCESS_HOOKS = ('__setattr__', '__getattribute__', '__delattr__')
 
 
 cdef bint _state_in_place(cls) except -1:
-    """Whether ``cls``'s instances keep their state in ConnectionState's fields as Python sees
-    it, with nothing to call on access: a subclass, and no class before ConnectionState in
-    its MRO sets a field's name or overrides attribute access."""
+    """Whether ``cls``'s instances keep their state in ConnectionState's fields (and
+    FastCGIState's, for its subclasses) as Python sees it, with nothing to call on access: a
+    subclass, and no class before ConnectionState in its MRO (but FastCGIState) sets a
+    field's name or overrides attribute access."""
     if not (isinstance(cls, type) and issubclass(cls, ConnectionState)):
         return False
+    names = _FASTCGI_STATE_FIELDS + _STATE_FIELDS if issubclass(cls, FastCGIState) \
+        else _STATE_FIELDS
     for klass in (<type>cls).__mro__:
         if klass is ConnectionState:
             return True
+        if klass is FastCGIState:
+            continue  # the fields' own descriptors
         namespace = klass.__dict__
-        for name in _STATE_FIELDS:
+        for name in names:
             if name in namespace:
                 return False
         for name in _ACCESS_HOOKS:

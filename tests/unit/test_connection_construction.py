@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from flupfast.connection import Connection, LoggedConnection
-from flupfast.connection_state import STATE_FIELDS
+from flupfast.connection_state import FASTCGI_STATE_FIELDS, STATE_FIELDS
 from flupfast.scgi_connection import SCGIConnection
 from flupfast.serving.prefork import ChildDrain
 from flupfast.uwsgi_connection import UWSGIConnection
@@ -19,8 +19,10 @@ class _Server:
 
 def _state(conn):
     """What construction set, comparable across two connections on one socket pair: the
-    state's fields (in C with the compiled ConnectionState), then the instance's dict."""
-    state = {name: getattr(conn, name) for name in STATE_FIELDS if hasattr(conn, name)}
+    state's fields (in C with the compiled ConnectionState and FastCGIState), then the
+    instance's dict."""
+    state = {name: getattr(conn, name) for name in STATE_FIELDS + FASTCGI_STATE_FIELDS
+             if hasattr(conn, name)}
     state.update(vars(conn))
     return state
 
@@ -231,6 +233,9 @@ def test_a_stock_fastcgi_connection_is_the_one_its_class_builds(backend, pair, c
     assert built_made == called_made
     assert ('_send_lock' in built_made) is (cls_name == 'MultiplexedConnection')
     assert built._parser is not called._parser and built._events is not called._events
+    caps = [(p.max_params_bytes, p.max_params_pairs, p.pending) for p in (built, called)
+            for p in [p._parser]]
+    assert caps[0] == caps[1] and caps[0][2] == 0
     assert list(vars(built)) == [name for name in list(vars(called)) + ['may_keep']
                                  if name in vars(built)]
 

@@ -4,7 +4,7 @@ compiled twin keeps them in C fields; what Python sees of them (defaults, reads,
 the same on both."""
 import pytest
 
-from flupfast.connection_state import STATE_FIELDS
+from flupfast.connection_state import FASTCGI_STATE_FIELDS, STATE_FIELDS
 from flupfast.serving.job import Job, keep, wait
 
 DEFAULTS = {'closed': False, '_body': None, 'idle': False, 'parked': False, 'served': 0,
@@ -78,3 +78,31 @@ def test_a_copy_has_the_same_state(backend):
     assert {name: getattr(copied, name) for name in STATE_FIELDS if hasattr(state, name)} == \
         {name: getattr(state, name) for name in STATE_FIELDS if hasattr(state, name)}
     assert copied.extra == 'in the dict'
+
+
+def test_the_fastcgi_fields_are_the_pure_twins_names(backend):
+    """FastCGIState declares FASTCGI_STATE_FIELDS on top of ConnectionState's; a FastCGI
+    connection keeps them outside its dict, and reads back what was written."""
+    from flupfast import _impl
+    from flupfast.fastcgi_connection import FastCGIConnection
+    if backend.name == 'cy':
+        fields = {name for name, value in vars(backend.FastCGIState).items()
+                  if type(value).__name__ == 'getset_descriptor'}
+        assert fields == set(FASTCGI_STATE_FIELDS)
+    state = type('State', (backend.FastCGIState, Job), {})()
+    for name in FASTCGI_STATE_FIELDS + STATE_FIELDS:
+        value = object()
+        setattr(state, name, value)
+        assert getattr(state, name) is value
+    assert vars(state) == ({} if backend.name == 'cy' else {
+        name: getattr(state, name) for name in FASTCGI_STATE_FIELDS + STATE_FIELDS})
+    assert issubclass(FastCGIConnection, _impl.FastCGIState)
+
+
+def test_a_fastcgi_state_copy_has_the_same_state(backend):
+    import copy
+    state = type('State', (backend.FastCGIState, Job), {})()
+    state.served, state.max_content, state._requests = 3, 8192, {1: 'request'}
+    copied = copy.copy(state)
+    assert (copied.served, copied.max_content, copied._requests) == (3, 8192, {1: 'request'})
+    assert copied._requests is state._requests

@@ -214,6 +214,25 @@ def test_a_connection_class_hiding_a_state_field_is_served_as_python_sees_it(use
     assert [(conn.served, conn.closed, conn.parked) for conn in built] == [(1, True, False)]
 
 
+@pytest.mark.parametrize('hidden', ['_parser', 'max_content', 'timeout'])
+def test_a_connection_class_hiding_a_fastcgi_state_field_is_served_as_python_sees_it(
+        use_backend, hidden):
+    """Likewise for FastCGIState's fields (connection_state.py): __init__'s writes go to the
+    instance's dict, past the compiled twin's field, which the pure loop does not read."""
+    built = []
+
+    class Connection(fcgi_base.Connection):
+        def __init__(self, *args):
+            super().__init__(*args)
+            built.append(self)
+    setattr(Connection, hidden, {'_parser': None, 'max_content': 8, 'timeout': 0}[hidden])
+    h = with_connection_class(Connection)(hello)
+    resp = h.request('/')
+    h.join()
+    assert resp.body == b'Hello world!\n' and h.served == [1]
+    assert hidden in vars(built[0]) and built[0].closed
+
+
 def test_a_connection_made_multiplexed_after_its_init_takes_a_send_lock(use_backend):
     """Only a multiplexed connection's threads send at once, so only it has a send lock: one
     made multiplexed after __init__ gets it before its first request thread starts."""
