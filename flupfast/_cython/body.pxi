@@ -12,6 +12,7 @@ cdef bytes _buffer_to_bytes(object chunk):
 
 
 @cython.no_gc_clear  # _start/_end index _chunk: it must never be cleared under them
+@cython.freelist(8)
 cdef class InputStream:
     """A file-like, read-only request body that pulls data on demand.
 

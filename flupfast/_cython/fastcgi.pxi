@@ -268,6 +268,7 @@ cdef list _frame(request_id, data, max_content, record_type):
     return buffers
 
 
+@cython.freelist(8)
 cdef class FastCGIParser:
     """Incremental FastCGI record parser: ``feed(data)`` returns the list of new events.
 

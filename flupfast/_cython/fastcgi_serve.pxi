@@ -110,6 +110,7 @@ cdef bint _fcgi_runs_compiled(conn) except -1:
 cdef class _FcgiChain
 
 
+@cython.freelist(8)
 cdef class _FcgiIO:
     """What one request's streams share (fastcgi_streams.RequestIO): its id and whether the
     web server aborted it. Nothing here leads back to the request."""
@@ -193,6 +194,7 @@ cdef class _FcgiStderr(_FcgiStdout):
         return buffers + _FcgiStdout.end_buffers(self)
 
 
+@cython.freelist(8)
 cdef class _FcgiInput:
     """One input stream of a request (FCGI_STDIN or FCGI_DATA): its InputStream's pull, the
     connection's ``_pull``: records taken as they come, the socket read only when the app
@@ -239,6 +241,7 @@ cdef class _FcgiInput:
         return 0
 
 
+@cython.freelist(8)
 cdef class _FcgiExchange:
     """One request of the chain: what flup's Request holds (role, flags, params, streams)
     without the Python object, which is built (``_request_for``) only for ``server.error``."""
@@ -296,6 +299,7 @@ cdef InputStream _input_stream(pull):
     return stream
 
 
+@cython.freelist(8)
 cdef class _FcgiChain:
     """One run of a connection: its records not yet handled, its request, its send queue."""
 

@@ -109,6 +109,7 @@ cdef inline bint _one_item(result) except -1:
         return False
 
 
+@cython.freelist(8)
 cdef class Response:
     """``start_response`` and ``write`` for one request, over a responder (see the pure twin)."""
 

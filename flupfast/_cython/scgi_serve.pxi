@@ -218,6 +218,7 @@ cdef object _receive(conn, Py_ssize_t limit):
     return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buf), n)
 
 
+@cython.freelist(8)
 cdef class BodySource:
     """The twin of scgi_body.BodySource: wsgi.input's ``pull()``, the body bytes that came
     with the head, then the socket, never past CONTENT_LENGTH (``left``)."""
