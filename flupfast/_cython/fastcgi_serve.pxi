@@ -95,11 +95,14 @@ cdef bint _fcgi_runs_compiled(conn) except -1:
     if conn.multiplexed or (<FastCGIState>conn).timeout:  # the plan: a FastCGIState
         return False
     server = conn.server
-    if not _fcgi_request_plan.get(server.request_class, _work_out_fcgi_request):
+    own = _server_dict(server)
+    if not _fcgi_request_plan.get(_server_setting(own, server, 'request_class'),
+                                  _work_out_fcgi_request):
         return False
     if not _fcgi_server_plan.get(type(server), _work_out_fcgi_server):
         return False
-    own = getattr(server, '__dict__', None)
+    if own is None:
+        own = getattr(server, '__dict__', None)
     if own and ('handler' in own or '_sanitizeEnv' in own):
         return False
     if _fcgi_base_ns is None:
@@ -306,6 +309,7 @@ cdef class _FcgiChain:
     cdef FastCGIState conn
     cdef object sock
     cdef object server
+    cdef object server_own        # the server's dict, for _server_setting (or None)
     cdef object parser_obj
     cdef FastCGIParser parser     # the compiled parser, or None (a pure one: parser_obj)
     cdef list events
@@ -322,6 +326,7 @@ cdef class _FcgiChain:
         self.conn = conn
         self.sock = conn._sock
         self.server = conn.server
+        self.server_own = _server_dict(self.server)
         parser = conn._parser
         self.parser_obj = parser
         self.parser = parser if type(parser) is FastCGIParser else None
@@ -513,19 +518,21 @@ cdef class _FcgiChain:
     cdef int handle(self, _FcgiExchange ex) except -1:
         """BaseFCGIServer.handler: returns the protocol status (the app status is 0)."""
         server = self.server
-        if ex.role not in server.roles:
+        own = self.server_own
+        if ex.role not in _server_setting(own, server, 'roles'):
             return _FCGI_UNKNOWN_ROLE
-        if server._bindAddress is None:
+        if _server_setting(own, server, '_bindAddress') is None:
             stderr = ex.stderr
         else:
             stderr = _fcgi_base_ns['TeeOutputStream']((_sys.stderr, ex.stderr))
-        multithreaded = server.multithreaded
-        environ = _build_environ(ex.params, server.environ, ex.stdin, stderr, multithreaded,
-                                 server.multiprocess, False)
+        multithreaded = _server_setting(own, server, 'multithreaded')
+        environ = _build_environ(ex.params, _server_setting(own, server, 'environ'), ex.stdin,
+                                 stderr, multithreaded,
+                                 _server_setting(own, server, 'multiprocess'), False)
         if not _sanitize_cgi_fast(environ):
             _gw_sanitize_cgi_environ(environ, server.__class__.__name__)
-        _run_application(server.application, environ, ex.stdout,
-                         None if multithreaded else server._appLock)
+        _run_application(_server_setting(own, server, 'application'), environ, ex.stdout,
+                         None if multithreaded else _server_setting(own, server, '_appLock'))
         return _FCGI_REQUEST_COMPLETE
 
     cdef object request_for(self, _FcgiExchange ex):

@@ -179,6 +179,66 @@ cdef int _work_out_request(cls) except -1:
 cdef _ClassPlan _conn_plan = _ClassPlan()
 cdef _ClassPlan _server_plan = _ClassPlan()
 cdef _ClassPlan _request_plan = _ClassPlan()
+cdef _ClassPlan _server_reads_plan = _ClassPlan()
+
+
+# The server's settings and app, which the request paths (SCGI/uwsgi here, FastCGI's chain)
+# read at every request: read from its instance's dict, where they are, where its class lets
+# that be what Python sees (_work_out_server_reads); through getattr otherwise. Each getattr
+# of them costs about 200 instructions, a dict lookup a third of that.
+cdef tuple _SERVER_READS = (
+    'requestClass', 'request_class', 'multithreaded', 'multiprocess', 'environ', 'scriptName',
+    'application', '_appLock', 'roles', '_bindAddress')
+
+cdef extern from *:
+    """
+    /* 1 when attribute reads of cls's instances are the plain ones (object's getattro), its
+       instances have a dict, and none of names is a data descriptor on cls. */
+    static int flupfast_plain_reads(PyObject *cls, PyObject *names) {
+        PyTypeObject *tp = (PyTypeObject *)cls;
+        Py_ssize_t i;
+        PyObject *found;
+        if (!PyType_Check(cls) || tp->tp_getattro != PyObject_GenericGetAttr) return 0;
+    #ifdef Py_TPFLAGS_MANAGED_DICT
+        if (tp->tp_dictoffset == 0 && !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT)) return 0;
+    #else
+        if (tp->tp_dictoffset == 0) return 0;
+    #endif
+        for (i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            found = _PyType_Lookup(tp, PyTuple_GET_ITEM(names, i));
+            if (found != NULL && Py_TYPE(found)->tp_descr_set != NULL) return 0;
+        }
+        return 1;
+    }
+    """
+    int flupfast_plain_reads(object cls, tuple names)
+    PyObject *PyDict_GetItemWithError(object mp, object key) except? NULL
+    object PyObject_GenericGetDict(object o, void *context)
+
+
+cdef int _work_out_server_reads(cls) except -1:
+    """1 when a server's instance dict holds what Python reads as its _SERVER_READS where it
+    has them: attribute access is the plain one (no __getattribute__ or __getattr__ of its
+    own), and none of those names is a data descriptor on the class (a property, a slot),
+    which would win over the dict."""
+    return flupfast_plain_reads(cls, _SERVER_READS)
+
+
+cdef object _server_dict(server):
+    """The server's instance dict, where _server_setting may read it; else None."""
+    if _server_reads_plan.get(type(server), _work_out_server_reads):
+        return PyObject_GenericGetDict(server, NULL)
+    return None
+
+
+cdef inline object _server_setting(own, server, str name):
+    """``server.<name>``: from its dict ``own`` (_server_dict) where it is there."""
+    cdef PyObject *found
+    if own is not None:
+        found = PyDict_GetItemWithError(own, name)
+        if found != NULL:
+            return <object>found
+    return getattr(server, name)
 
 
 cdef extern from "pythread.h":
@@ -427,7 +487,7 @@ cdef str _uwsgi_url_scheme(mapping):
     return 'http'
 
 
-cdef bint _sanitize_common(dict environ, server) except -1:
+cdef bint _sanitize_common(dict environ, server, own) except -1:
     """BaseSCGIServer._sanitizeEnv where it needs no warning and no decoding: no
     WSGI_SCRIPT_NAME, no configured scriptName, and PATH_INFO sent (what the bench's fronts
     send) or REQUEST_URI's path with SCRIPT_NAME as its raw prefix (nginx's stock scgi_params
@@ -438,7 +498,7 @@ cdef bint _sanitize_common(dict environ, server) except -1:
     if _NoDefault is None:  # at the first request: importing flupfast must not load the servers
         from flupfast.server import NoDefault
         _NoDefault = NoDefault
-    script_name = server.scriptName
+    script_name = _server_setting(own, server, 'scriptName')
     if script_name is not None and script_name is not _NoDefault:
         return False
     path_info = None
@@ -464,37 +524,39 @@ cdef bint _sanitize_common(dict environ, server) except -1:
     return True
 
 
-cdef int _stock_handler_flags(server, request_class) except -1:
+cdef int _stock_handler_flags(server, own, request_class) except -1:
     """The server plan's flags when the server's request, handler, _environ_for and
-    _sanitizeEnv are all flupfast's own, on the classes and the instance; else 0."""
+    _sanitizeEnv are all flupfast's own, on the classes and the instance (``own``: its dict,
+    from _server_dict, or None); else 0."""
     if not _request_plan.get(request_class, _work_out_request):
         return 0
     cdef int flags = _server_plan.get(type(server), _work_out_server)
     if not flags:
         return 0
-    own = getattr(server, '__dict__', None)
+    if own is None:
+        own = getattr(server, '__dict__', None)
     if own and ('handler' in own or '_sanitizeEnv' in own or '_environ_for' in own):
         return 0
     return flags
 
 
-cdef _stock_handler(server, int flags, environ, stdin, output):
+cdef _stock_handler(server, own, int flags, environ, stdin, output):
     """BaseSCGIServer.handler with its _environ_for (SCGI's or uwsgi's) and _sanitizeEnv."""
-    multithreaded = server.multithreaded
-    _build_environ(environ, server.environ, stdin, _sys.stderr, multithreaded,
-                   server.multiprocess, False)
+    multithreaded = _server_setting(own, server, 'multithreaded')
+    _build_environ(environ, _server_setting(own, server, 'environ'), stdin, _sys.stderr,
+                   multithreaded, _server_setting(own, server, 'multiprocess'), False)
     environ['wsgi.file_wrapper'] = _gw_FileWrapper
     if flags & _OWN_UWSGI_ENVIRON:
         environ['wsgi.url_scheme'] = _uwsgi_url_scheme(environ)
     # The codecs give a dict; a connection's own read_header may give another mapping.
-    if not (type(environ) is dict and _sanitize_common(environ, server)):
+    if not (type(environ) is dict and _sanitize_common(environ, server, own)):
         server._sanitizeEnv(environ)
-    _run_application(server.application, environ, output,
-                     None if multithreaded else server._appLock)
+    _run_application(_server_setting(own, server, 'application'), environ, output,
+                     None if multithreaded else _server_setting(own, server, '_appLock'))
 
 
-cdef _run_stock_request(ConnectionState conn, server, request_class, int flags, environ,
-                        stdin, _RawOutputStream output):
+cdef _run_stock_request(ConnectionState conn, server, own, request_class, int flags,
+                        environ, stdin, _RawOutputStream output):
     """request_class(conn, environ, stdin, output).run() (scgi_connection.SCGIRequest) with
     the server's stock handler; the request itself is built only for ``server.error``."""
     logger = conn.logger
@@ -508,7 +570,7 @@ cdef _run_stock_request(ConnectionState conn, server, request_class, int flags, 
     if debug:
         start = _now()
     try:
-        _stock_handler(server, flags, environ, stdin, output)
+        _stock_handler(server, own, flags, environ, stdin, output)
     except _ClientDisconnected as exc:
         logger.warning('%s %s: %s', environ['REQUEST_METHOD'], _readable(
             environ.get('REQUEST_URI', environ.get('PATH_INFO', ''))), exc)
@@ -578,16 +640,17 @@ cdef _serve(ConnectionState conn, int flags):
     output._held = []
     output.status_prefix = _status_prefix(conn, flags, environ)
     server = conn.server
-    request_class = server.requestClass
+    own = _server_dict(server)
+    request_class = _server_setting(own, server, 'requestClass')
     if conn._timeout:
         req = request_class(conn, environ, stdin, output)
         with _request_deadline(conn._timeout, conn._timed_out):
             req.run()
     else:
-        handler_flags = _stock_handler_flags(server, request_class)
+        handler_flags = _stock_handler_flags(server, own, request_class)
         if handler_flags:
-            _run_stock_request(conn, server, request_class, handler_flags, environ, stdin,
-                               output)
+            _run_stock_request(conn, server, own, request_class, handler_flags, environ,
+                               stdin, output)
         else:
             request_class(conn, environ, stdin, output).run()
     if not conn.closed:

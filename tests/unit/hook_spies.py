@@ -40,3 +40,20 @@ def mount_by_sanitize(monkeypatch, cls, script_name):
         stock(self, environ)
         environ['SCRIPT_NAME'] = script_name
     monkeypatch.setattr(cls, '_sanitizeEnv', _sanitizeEnv)
+
+
+def mine(environ, start_response):
+    start_response('200 OK', [('Content-Type', 'text/plain')])
+    return [b'mine']
+
+
+# The server's settings and app as Python reads them, where its instance dict says otherwise:
+# a property (its setter keeps the value in the dict, under the same name) and an override of
+# attribute access. The compiled paths read the dict only where Python would.
+SETTINGS_SEEN_OTHERWISE = {
+    'property': {'application': property(
+        lambda self: mine, lambda self, app: self.__dict__.__setitem__('application', app))},
+    'getattribute': {'__getattribute__': lambda self, name: mine if name == 'application'
+                     else object.__getattribute__(self, name)},
+}
+

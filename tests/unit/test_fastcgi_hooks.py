@@ -16,7 +16,8 @@ from flupfast.protocols import fastcgi as f
 from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
 from tests.unit.connection_harness import hello, read_to_eof
-from tests.unit.hook_spies import mount_by_sanitize, spy_on_instance, wraps_spy
+from tests.unit.hook_spies import (
+    SETTINGS_SEEN_OTHERWISE, mount_by_sanitize, spy_on_instance, wraps_spy)
 from tests.unit.test_fastcgi_connection import Harness, environ_app, use_backend  # noqa: F401
 
 
@@ -231,6 +232,25 @@ def test_a_connection_class_hiding_a_fastcgi_state_field_is_served_as_python_see
     h.join()
     assert resp.body == b'Hello world!\n' and h.served == [1]
     assert hidden in vars(built[0]) and built[0].closed
+
+
+@pytest.mark.parametrize('how', sorted(SETTINGS_SEEN_OTHERWISE))
+def test_the_servers_app_is_the_one_python_reads(use_backend, how):
+    """The server's settings and app as Python reads them (test_scgi_hooks.py's cases)."""
+    h = subclassed(**SETTINGS_SEEN_OTHERWISE[how])(hello)
+    assert h.server.__dict__['application'] is hello
+    assert h.request('/').body == b'mine'
+    h.join()
+
+
+def test_a_setting_changed_on_the_instance_applies_at_the_next_request(use_backend):
+    h = Harness(hello)
+    assert h.request('/').body == b'Hello world!\n'
+    h.server.application = environ_app
+    assert h.request('/a').body.startswith(b'{')
+    h.server.roles = ()  # no role: FCGI_UNKNOWN_ROLE
+    assert h.request('/').end == (0, f.FCGI_UNKNOWN_ROLE)
+    h.join()
 
 
 def test_a_connection_made_multiplexed_after_its_init_takes_a_send_lock(use_backend):

@@ -11,7 +11,8 @@ import pytest
 from flupfast import scgi_connection
 from flupfast.server import _scgi_ajp_base, scgi_base
 from tests.unit.connection_harness import echo, hello
-from tests.unit.hook_spies import mount_by_sanitize, spy_on_instance, wraps_spy
+from tests.unit.hook_spies import (
+    SETTINGS_SEEN_OTHERWISE, mine, mount_by_sanitize, spy_on_instance, wraps_spy)
 from tests.unit.scgi_harness import environ_app, protocol_fixture
 
 harness = protocol_fixture()
@@ -258,3 +259,19 @@ def test_a_connection_class_hiding_a_state_field_is_served_as_python_sees_it(har
     assert [(conn.served, conn.closed, conn._body) for conn in built] == [(1, True, None)] * 2
     logged = [record.name for record in caplog.records if 'Exception' in record.getMessage()]
     assert logged == [harness.logger]  # the instance's, which LoggedConnection set
+
+
+@pytest.mark.parametrize('how', sorted(SETTINGS_SEEN_OTHERWISE))
+def test_the_servers_app_is_the_one_python_reads(harness, how):
+    h = subclassed(harness, **SETTINGS_SEEN_OTHERWISE[how])(hello)
+    assert h.server.__dict__['application'] is hello
+    assert h.request('/')[2] == b'mine'
+    h.server.__dict__['application'] = echo  # still not what Python reads
+    assert h.request('/')[2] == b'mine'
+
+
+def test_a_setting_changed_on_the_instance_applies_at_the_next_request(harness):
+    h = harness(hello)
+    assert h.request('/')[2] == b'Hello world!\n'
+    h.server.application = mine
+    assert h.request('/')[2] == b'mine'
