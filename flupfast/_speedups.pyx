@@ -24,7 +24,9 @@ Errors and constants are imported from the pure modules, never redefined.
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytearray cimport (
+    PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE,
+    PyByteArray_Resize)
 from cpython.dict cimport PyDict_Copy, PyDict_Next
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.bytes cimport (

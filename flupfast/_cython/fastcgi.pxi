@@ -426,7 +426,7 @@ cdef class FastCGIParser:
             stream = self._params.get(request_id)
             if stream is not None:  # begun again: its PARAMS so far are dropped
                 self._params_held -= PyByteArray_GET_SIZE(stream)
-            self._params[request_id] = bytearray()
+            self._params[request_id] = PyByteArray_FromStringAndSize(NULL, 0)  # no call
             events.append((_BEGIN_REQUEST, request_id,
                            ((<long>content[0] << 8) | content[1], content[2])))
         elif record_type == _ABORT_REQUEST:

@@ -375,13 +375,27 @@ cdef bint _enabled_for(logger, level) except -1:
     """``logger.isEnabledFor(level)``: a plain Logger's answer from the cache its own method
     reads first (logging.Logger.isEnabledFor), without the Python call; the method when the
     cache lacks it, or for any other logger class."""
-    if type(logger) is _Logger:
-        cache = getattr(logger, '_cache', None)
-        if type(cache) is dict and not logger.disabled:
+    cdef PyObject *cache
+    cdef PyObject *disabled
+    if type(logger) is _Logger and _logger_reads_plan.get(_Logger, _work_out_logger_reads):
+        # Its dict, as _server_setting reads a server's: no getattr per attribute.
+        own = PyObject_GenericGetDict(logger, NULL)
+        cache = PyDict_GetItemWithError(own, '_cache')
+        disabled = PyDict_GetItemWithError(own, 'disabled')
+        if cache != NULL and type(<object>cache) is dict and disabled != NULL \
+                and not <object>disabled:
             answer = (<dict>cache).get(level)
             if answer is not None:
                 return answer
     return logger.isEnabledFor(level)
+
+
+cdef tuple _LOGGER_READS = ('_cache', 'disabled')
+cdef _ClassPlan _logger_reads_plan = _ClassPlan()
+
+
+cdef int _work_out_logger_reads(cls) except -1:
+    return flupfast_plain_reads(cls, _LOGGER_READS)
 
 
 # The codecs as this extension defines them: a decode that is one of these (not a test's spy)

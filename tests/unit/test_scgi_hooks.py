@@ -275,3 +275,22 @@ def test_a_setting_changed_on_the_instance_applies_at_the_next_request(harness):
     assert h.request('/')[2] == b'Hello world!\n'
     h.server.application = mine
     assert h.request('/')[2] == b'mine'
+
+
+def test_the_request_line_follows_the_loggers_level_and_disabled_flag(harness, caplog):
+    """The compiled path answers isEnabledFor from the logger's own cache and flag: a level
+    or flag changed between requests applies at the next one."""
+    logger = logging.getLogger(harness.logger)
+    h = harness(hello)
+    seen = []
+    for level, disabled in ((logging.INFO, False), (logging.INFO, True),
+                            (logging.WARNING, False), (logging.INFO, False)):
+        caplog.clear()
+        caplog.set_level(level, logger=harness.logger)
+        logger.disabled = disabled
+        try:
+            assert h.request('/line')[2] == b'Hello world!\n'
+        finally:
+            logger.disabled = False
+        seen.append(any(r.getMessage().startswith('GET ') for r in caplog.records))
+    assert seen == [True, False, False, True]
