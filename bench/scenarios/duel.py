@@ -61,8 +61,8 @@ def round_order(count, round_number):
 
 def summarize(labels, runs, base=-1):
     """Per cell (``runs``: one list of round results each, rounds in step): the median req/s,
-    the median of its round ratios to cell ``base`` and the ratio of the medians, and the
-    median CPU per request of each process group."""
+    the median of its round ratios to cell ``base`` and the ratio of the medians, the median
+    p99 and the median CPU per request of each process group."""
     base_runs = runs[base]
     out = []
     for label, rounds in zip(labels, runs):
@@ -75,7 +75,7 @@ def summarize(labels, runs, base=-1):
                "round_ratio": statistics.median(a / b for a, b in pairs) if pairs else None,
                "median_ratio": (statistics.median(rates) / statistics.median(base_rates)
                                 if rates and base_rates else None)}
-        for group in ("server_us", "nginx_us", "wrk_us"):
+        for group in ("p99_ms", "server_us", "nginx_us", "wrk_us"):
             values = [r[group] for r in rounds if r.get(group) is not None]
             row[group] = statistics.median(values) if values else None
         out.append(row)
@@ -158,10 +158,10 @@ def main(argv=None):
                     "  ERROR %s" % res["error"] if res["error"] else ""))
     summary = summarize(args.cells, runs)
     for row in summary:
-        log("%-44s median %.0f req/s; against %s: round ratios %.3f, medians %.3f; server %.1f "
-            "nginx %.1f wrk %.1f us" % tuple(
+        log("%-44s median %.0f req/s; against %s: round ratios %.3f, medians %.3f; p99 %.2f "
+            "ms; server %.1f nginx %.1f wrk %.1f us" % tuple(
                 [row["cell"][:44], row["rps"] or 0, args.cells[-1][:30]]
-                + [row[k] or 0 for k in ("round_ratio", "median_ratio", "server_us",
+                + [row[k] or 0 for k in ("round_ratio", "median_ratio", "p99_ms", "server_us",
                                          "nginx_us", "wrk_us")]))
     if args.out:
         with open(args.out, "w") as f:

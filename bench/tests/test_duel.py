@@ -26,15 +26,15 @@ def test_each_round_starts_one_cell_later():
 
 
 def test_the_summary_sets_each_round_against_the_same_rounds_of_the_last_cell():
-    mine = [{"rps": 110, "server_us": 20}, {"rps": 90, "server_us": 22},
-            {"rps": 200, "server_us": 21}]
+    mine = [{"rps": 110, "server_us": 20, "p99_ms": 1.5}, {"rps": 90, "server_us": 22},
+            {"rps": 200, "server_us": 21, "p99_ms": 2.5}]
     theirs = [{"rps": 100, "server_us": 19}, {"rps": 100, "server_us": 18},
               {"rps": 100, "server_us": 17}]
     row, base = duel.summarize(["mine", "theirs"], [mine, theirs])
     assert row["rps"] == 110 and row["rounds"] == 3
     assert row["round_ratio"] == pytest.approx(1.1)  # of 1.1, 0.9, 2.0
     assert row["median_ratio"] == pytest.approx(1.1)
-    assert row["server_us"] == 21 and row["nginx_us"] is None
+    assert row["server_us"] == 21 and row["nginx_us"] is None and row["p99_ms"] == 2.0
     assert (base["round_ratio"], base["median_ratio"]) == (1.0, 1.0)
 
 
