@@ -15,12 +15,12 @@ Errors and constants are imported from the pure modules, never redefined.
 # boundscheck and wraparound stay at their safe defaults: the hot loops index no Python objects
 # or typed memoryviews but raw pointers, each access guarded by an explicit length check beside
 # it (and covered by the byte-at-a-time and fuzz tests), so the checks cost nothing there.
-# The classes built at every request or connection (the request path's streams, body sources
-# and responses, FastCGI's parser and chain) keep their freed objects for reuse
+# The classes built at every request or connection (the request path's input streams, body
+# sources and responses, FastCGI's parser and chain) keep their freed objects for reuse
 # (``cython.freelist``): no allocator and collector calls for them (section 18 of
-# bench/profile-new-connection.md). Only a base class's own objects go back to its list: the
-# deallocation of a cdef subclass hands over to its base's, which frees an object of another
-# size, and Python subclasses never use it.
+# bench/profile-new-connection.md). A cdef subclass's deallocation hands over to its base's,
+# which keeps only objects of its own size: the output streams (PartsWriter's subclasses, which
+# add fields) have no list, and Python subclasses (heap types) never use one.
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer

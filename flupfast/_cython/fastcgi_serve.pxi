@@ -309,7 +309,6 @@ cdef class _FcgiChain:
     cdef FastCGIState conn
     cdef object sock
     cdef object server
-    cdef object server_own        # the server's dict, for _server_setting (or None)
     cdef object parser_obj
     cdef FastCGIParser parser     # the compiled parser, or None (a pure one: parser_obj)
     cdef list events
@@ -326,7 +325,6 @@ cdef class _FcgiChain:
         self.conn = conn
         self.sock = conn._sock
         self.server = conn.server
-        self.server_own = _server_dict(self.server)
         parser = conn._parser
         self.parser_obj = parser
         self.parser = parser if type(parser) is FastCGIParser else None
@@ -518,7 +516,7 @@ cdef class _FcgiChain:
     cdef int handle(self, _FcgiExchange ex) except -1:
         """BaseFCGIServer.handler: returns the protocol status (the app status is 0)."""
         server = self.server
-        own = self.server_own
+        own = _server_dict(server)  # per request: a kept connection's server may change
         if ex.role not in _server_setting(own, server, 'roles'):
             return _FCGI_UNKNOWN_ROLE
         if _server_setting(own, server, '_bindAddress') is None:

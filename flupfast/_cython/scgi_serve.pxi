@@ -375,18 +375,20 @@ cdef bint _enabled_for(logger, level) except -1:
     """``logger.isEnabledFor(level)``: a plain Logger's answer from the cache its own method
     reads first (logging.Logger.isEnabledFor), without the Python call; the method when the
     cache lacks it, or for any other logger class."""
-    cdef PyObject *cache
-    cdef PyObject *disabled
+    cdef PyObject *found
+    cdef dict cache
     if type(logger) is _Logger and _logger_reads_plan.get(_Logger, _work_out_logger_reads):
-        # Its dict, as _server_setting reads a server's: no getattr per attribute.
+        # Its dict, as _server_setting reads a server's. Borrowed: nothing that can run
+        # Python code (a __bool__, a key's __eq__) between a lookup and its use.
         own = PyObject_GenericGetDict(logger, NULL)
-        cache = PyDict_GetItemWithError(own, '_cache')
-        disabled = PyDict_GetItemWithError(own, 'disabled')
-        if cache != NULL and type(<object>cache) is dict and disabled != NULL \
-                and not <object>disabled:
-            answer = (<dict>cache).get(level)
-            if answer is not None:
-                return answer
+        found = PyDict_GetItemWithError(own, 'disabled')
+        if found != NULL and <object>found is False:  # a bool: no __bool__ to run
+            found = PyDict_GetItemWithError(own, '_cache')
+            if found != NULL and type(<object>found) is dict:
+                cache = <dict>found  # a reference of our own before any lookup in it
+                answer = cache.get(level)
+                if answer is not None:
+                    return answer
     return logger.isEnabledFor(level)
 
 

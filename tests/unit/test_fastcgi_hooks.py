@@ -17,7 +17,7 @@ from flupfast.server import fcgi_base
 from tests.fcgi_client import read_response, request_bytes
 from tests.unit.connection_harness import hello, read_to_eof
 from tests.unit.hook_spies import (
-    SETTINGS_SEEN_OTHERWISE, mount_by_sanitize, spy_on_instance, wraps_spy)
+    SETTINGS_SEEN_OTHERWISE, mine, mount_by_sanitize, spy_on_instance, wraps_spy)
 from tests.unit.test_fastcgi_connection import Harness, environ_app, use_backend  # noqa: F401
 
 
@@ -251,6 +251,42 @@ def test_a_setting_changed_on_the_instance_applies_at_the_next_request(use_backe
     h.server.roles = ()  # no role: FCGI_UNKNOWN_ROLE
     assert h.request('/').end == (0, f.FCGI_UNKNOWN_ROLE)
     h.join()
+
+
+def _kept_pair(h, between):
+    """Two requests on one kept connection, ``between(server)`` run between them."""
+    sock = h.connect()
+    sock.sendall(request_bytes('/', keep_conn=True))
+    first = read_response(sock).body
+    between(h.server)
+    sock.sendall(request_bytes('/'))
+    second = read_response(sock).body
+    sock.close()
+    h.join()
+    return first, second
+
+
+def _replace_dict(server):
+    server.__dict__ = dict(server.__dict__, application=mine)
+
+
+def _add_property(server):
+    type(server).application = property(lambda self: mine)
+
+
+def _swap_class(server):
+    server.__class__ = type('Mine', (type(server),), {'application': property(
+        lambda self: mine)})
+
+
+@pytest.mark.parametrize('between', [_replace_dict, _add_property, _swap_class])
+def test_a_server_changed_between_two_requests_of_a_kept_connection(use_backend, between):
+    """The server's settings are read at every request, as Python reads them then: its dict
+    replaced, a property added to its class, or its class changed while a connection is
+    kept (found in review: the chain had kept the dict and the class's verdict)."""
+    h = Harness(hello)
+    h.server.__class__ = type('Server', (type(h.server),), {})  # ours to change
+    assert _kept_pair(h, between) == (b'Hello world!\n', b'mine')
 
 
 def test_a_connection_made_multiplexed_after_its_init_takes_a_send_lock(use_backend):

@@ -294,3 +294,27 @@ def test_the_request_line_follows_the_loggers_level_and_disabled_flag(harness, c
             logger.disabled = False
         seen.append(any(r.getMessage().startswith('GET ') for r in caplog.records))
     assert seen == [True, False, False, True]
+
+
+def test_a_logger_flag_that_runs_code_is_asked_as_python_asks_it(harness, caplog):
+    """A ``disabled`` that is not a bool is asked through isEnabledFor, whose truth test may
+    run code, here replacing the logger's cache (found in review: the compiled check used the
+    cache it had looked up before, after it had been freed)."""
+    logger = logging.getLogger(harness.logger)
+    caplog.set_level(logging.INFO, logger=harness.logger)
+    h = harness(hello)
+    h.request('/warm')  # the logger's cache now answers INFO
+    kept = []
+
+    class Flag:
+        def __bool__(self):
+            logger._cache = {}
+            kept.append({logging.INFO: False})  # may take the freed cache's memory
+            return False
+    logger.disabled = Flag()
+    try:
+        caplog.clear()
+        assert h.request('/line')[2] == b'Hello world!\n'
+    finally:
+        logger.disabled = False
+    assert any(r.getMessage().startswith('GET ') for r in caplog.records)
