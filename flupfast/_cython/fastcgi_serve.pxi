@@ -101,9 +101,7 @@ cdef bint _fcgi_runs_compiled(conn) except -1:
         return False
     if not _fcgi_server_plan.get(type(server), _work_out_fcgi_server):
         return False
-    if own is None:
-        own = getattr(server, '__dict__', None)
-    if own and ('handler' in own or '_sanitizeEnv' in own):
+    if _hook_on_instance(server, own, ('handler', '_sanitizeEnv')):
         return False
     if _fcgi_base_ns is None:
         _fcgi_base_ns = _OWN_METHODS['fcgi:handler'].__globals__

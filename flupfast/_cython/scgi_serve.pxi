@@ -231,6 +231,19 @@ cdef object _server_dict(server):
     return None
 
 
+cdef bint _hook_on_instance(server, own, tuple names) except -1:
+    """Whether one of ``names`` (the server's hooks) is set on the server instance itself;
+    ``own``: its dict from _server_dict, or None to look it up."""
+    if own is None:
+        own = getattr(server, '__dict__', None)
+    if not own:
+        return False
+    for name in names:
+        if name in own:
+            return True
+    return False
+
+
 cdef inline object _server_setting(own, server, str name):
     """``server.<name>``: from its dict ``own`` (_server_dict) where it is there."""
     cdef PyObject *found
@@ -549,9 +562,7 @@ cdef int _stock_handler_flags(server, own, request_class) except -1:
     cdef int flags = _server_plan.get(type(server), _work_out_server)
     if not flags:
         return 0
-    if own is None:
-        own = getattr(server, '__dict__', None)
-    if own and ('handler' in own or '_sanitizeEnv' in own or '_environ_for' in own):
+    if _hook_on_instance(server, own, ('handler', '_sanitizeEnv', '_environ_for')):
         return 0
     return flags
 

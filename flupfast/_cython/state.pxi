@@ -40,9 +40,7 @@ cdef class ConnectionState:
     def __reduce_ex__(self, protocol):
         """copy.copy() and pickle as for the pure twin: the class, then the instance's dict
         and the fields (as __slots__ state; what they hold may refuse, as a socket does)."""
-        names = _FASTCGI_STATE_FIELDS + _STATE_FIELDS if isinstance(self, FastCGIState) \
-            else _STATE_FIELDS
-        fields = {name: getattr(self, name) for name in names}
+        fields = {name: getattr(self, name) for name in _fields_of(type(self))}
         return (_copyreg.__newobj__, (type(self),), (getattr(self, '__dict__', None), fields))
 
 
@@ -55,6 +53,14 @@ cdef class FastCGIState(ConnectionState):
     cdef public object _requests, _request_threads
 
 
+cdef tuple _FASTCGI_AND_STATE_FIELDS = _FASTCGI_STATE_FIELDS + _STATE_FIELDS
+
+
+cdef tuple _fields_of(cls):
+    """The C fields of ``cls``'s instances (a ConnectionState class)."""
+    return _FASTCGI_AND_STATE_FIELDS if issubclass(cls, FastCGIState) else _STATE_FIELDS
+
+
 cdef tuple _ACCESS_HOOKS = ('__setattr__', '__getattribute__', '__delattr__')
 
 
@@ -65,8 +71,7 @@ cdef bint _state_in_place(cls) except -1:
     field's name or overrides attribute access."""
     if not (isinstance(cls, type) and issubclass(cls, ConnectionState)):
         return False
-    names = _FASTCGI_STATE_FIELDS + _STATE_FIELDS if issubclass(cls, FastCGIState) \
-        else _STATE_FIELDS
+    cdef tuple names = _fields_of(cls)
     for klass in (<type>cls).__mro__:
         if klass is ConnectionState:
             return True
