@@ -23,6 +23,17 @@ def log(msg):
     print("[%6.1f s] %s" % (time.monotonic() - _T0, msg), file=sys.stderr, flush=True)
 
 
+def rotated(items, round_number):
+    """``items`` in the order of round ``round_number`` of an interleaved run: each round starts
+    one place further on, so no cell always runs first (after the pause between rounds) or
+    always follows the same neighbour; over ``len(items)`` rounds each runs once in every place."""
+    items = list(items)
+    if not items:
+        return items
+    shift = round_number % len(items)
+    return items[shift:] + items[:shift]
+
+
 def free_port():
     """A free TCP port on 127.0.0.1 (the kernel picks it; bound again at once by the server)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

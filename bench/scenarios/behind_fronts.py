@@ -39,7 +39,7 @@ import socket
 import threading
 
 from bench import apps
-from bench.base import MIB, log
+from bench.base import MIB, log, rotated
 from bench.drivers.ab import AB
 from bench.drivers.http import http_request
 from bench.drivers.wrk import WRK, post_script, run_wrk
@@ -183,11 +183,11 @@ ECHO_ROUNDS = 3
 
 
 def _wrk_rounds(group, ports, variants, name, path, conns, rounds, cfg, script=None):
-    """``rounds`` rounds of wrk on ``path``, interleaved over ``variants``; each backend's
-    median round (``_median``) kept under ``name``."""
+    """``rounds`` rounds of wrk on ``path``, interleaved over ``variants`` (each round starting
+    one further on); each backend's median round (``_median``) kept under ``name``."""
     runs = {}
     for rnd in range(rounds):
-        for v in variants:
+        for v in rotated(variants, rnd):
             if not group.alive(v):
                 continue
             res = run_wrk(ports[v], path, conns, cfg.front_duration, script)

@@ -7,7 +7,7 @@ count). Every wait is bounded by the servers' and fronts' own start and stop."""
 import contextlib
 import os
 
-from bench.base import log
+from bench.base import log, rotated
 from bench.fronts.apache import Apache, apache_root
 from bench.fronts.nginx import Nginx
 from bench.servers.apache_hosted import modwsgi_script
@@ -172,9 +172,9 @@ def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=Non
     """Each (front, peer) of ``rows`` at its first setting (``all_settings``: at every one of
     its candidates, the best kept as ``sweep`` keeps it), all cells up at once, ``load``
     (fn(port) -> dict) run on each in turn ``rounds`` times: rounds alternate between the
-    cells, so a machine that slows for a while slows them alike (this machine's runs move 20%
-    between minutes). -> one dict per row as ``sweep`` returns (the median by ``key`` under
-    the load's ``name``)."""
+    cells, each round starting one cell further on, so a machine that slows for a while slows
+    them alike (this machine's runs move 20% between minutes). -> one dict per row as
+    ``sweep`` returns (the median by ``key`` under the load's ``name``)."""
     plan = [(r, front, peer, settings) for r, (front, peer) in enumerate(rows)
             for settings in (peer.candidates if all_settings else peer.candidates[:1])]
     runs = [[] for _ in plan]
@@ -186,8 +186,9 @@ def interleaved(rows, app, workdir, client, load, name, rounds, uwsgi_binary=Non
             cells.append(stack.enter_context(Cell(front, peer, settings, app, own, client,
                                                   uwsgi_binary)))
         failed = [cell.error for cell in cells]  # a cell that did not start, or died
-        for _ in range(rounds):
-            for i, cell in enumerate(cells):
+        for rnd in range(rounds):
+            for i in rotated(range(len(cells)), rnd):
+                cell = cells[i]
                 if failed[i]:
                     continue
                 res, failed[i] = run_load(load, cell)

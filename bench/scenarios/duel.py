@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 import bench.servers.server as server_module
-from bench.base import log
+from bench.base import log, rotated
 from bench.drivers.fcgi_load import LoadClient
 from bench.drivers.wrk import run_wrk
 from bench.procs import process_tree, tree_cpu_seconds
@@ -52,11 +52,6 @@ def parse_cell(text):
             raise ValueError("a setting is key=value: %r" % item)
         settings[name] = int(value)
     return key, settings, tree or None
-
-
-def round_order(count, round_number):
-    """The cells' order in a round: each round starts one cell later."""
-    return [(round_number + k) % count for k in range(count)]
 
 
 def summarize(labels, runs, base=-1):
@@ -149,7 +144,7 @@ def main(argv=None):
         for cell in cells:
             run_wrk(cell.port, "/", CONNS, 1)  # warm: pools grown, caches filled
         for r in range(args.rounds):
-            for i in round_order(len(cells), r):
+            for i in rotated(range(len(cells)), r):
                 res = one_round(cells[i], args.duration)
                 runs[i].append(res)
                 log("round %d  %-44s %8s req/s  server %s  nginx %s  wrk %s us  idle %s%s" % (

@@ -15,7 +15,7 @@ import os
 import statistics
 import tempfile
 
-from bench.base import log
+from bench.base import log, rotated
 from bench.drivers.fcgi_load import LoadClient
 from bench.servers.server import Server
 
@@ -54,9 +54,7 @@ def measure(modes, rounds, duration, conns, workdir):
                     servers[name] = srv
                 names = list(servers)
                 for rnd in range(rounds):
-                    # Each round starts one place further on: no variant always goes first.
-                    shift = rnd % len(names) if names else 0
-                    for name in names[shift:] + names[:shift]:
+                    for name in rotated(names, rnd):
                         srv = servers[name]
                         res = client.run(srv.address, "hello", conns=conns, keep=keep,
                                          duration=duration, warmup=0.5,

@@ -1,6 +1,7 @@
 """bench/scenarios/duel.py's plan and summary (the cells themselves need nginx: not run here)."""
 import pytest
 
+from bench.base import rotated
 from bench.scenarios import duel
 
 
@@ -18,11 +19,14 @@ def test_a_cell_that_names_nothing_known_is_an_error(text):
 
 
 def test_each_round_starts_one_cell_later():
-    assert [duel.round_order(3, r) for r in range(4)] == [
+    # bench.base.rotated: the order of every interleaved run (duel, cells.interleaved, the
+    # fronts' rounds, ops_cost)
+    assert [rotated(range(3), r) for r in range(4)] == [
         [0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
     # over as many rounds as cells, every cell runs once in every place
-    places = [duel.round_order(3, r) for r in range(3)]
-    assert all(sorted(column) == [0, 1, 2] for column in zip(*places))
+    places = [rotated("abc", r) for r in range(3)]
+    assert all(sorted(column) == ["a", "b", "c"] for column in zip(*places))
+    assert rotated([], 5) == []
 
 
 def test_the_summary_sets_each_round_against_the_same_rounds_of_the_last_cell():

@@ -554,9 +554,10 @@ def test_interleaved_alternates_rounds_and_keeps_each_median(monkeypatch, tmp_pa
     rows = cells.interleaved([("nginx", Peer(1)), ("nginx", Peer(2)), ("nginx", Peer(3)),
                               ("nginx", Peer(4, "did not start"))], "app", str(tmp_path),
                              None, load, "echo71k", 3)
-    # All up for every round, each in its own directory; the one that died after its second
-    # round is loaded no more, the one that never started never.
-    assert order == [1, 2, 3, 1, 2, 3, 1, 2, "stop 4", "stop 3", "stop 2", "stop 1"]
+    # All up for every round, each in its own directory, each round starting one cell further
+    # on; the one that died after its second round is loaded no more, the one that never
+    # started never.
+    assert order == [1, 2, 3, 2, 3, 1, 1, 2, "stop 4", "stop 3", "stop 2", "stop 1"]
     assert len(set(workdirs)) == 4
     assert [r["loads"]["echo71k"].get("rps") for r in rows] == [20, 6, None, None]
     assert rows[0]["loads"]["echo71k"]["rounds"] == [10, 30, 20]   # in the order run
@@ -582,7 +583,7 @@ def test_interleaved_with_every_setting_keeps_each_servers_best(monkeypatch, tmp
     monkeypatch.setattr(cells, "settings_text", lambda s: str(s))
     rows = cells.interleaved([("nginx", Peer(1, 2)), ("nginx", Peer(3, 4))], "app",
                              str(tmp_path), None, load, "echo71k", 2, all_settings=True)
-    assert ran == [1, 2, 3, 4, 1, 2, 3, 4]   # every setting of both, round after round
+    assert ran == [1, 2, 3, 4, 2, 3, 4, 1]   # every setting of both, each round rotated
     assert [r["best"] for r in rows] == [{"p": 2}, {"p": 3}]
     assert [r["loads"]["echo71k"]["rps"] for r in rows] == [300, 200]
     assert [t["result"]["rps"] for t in rows[1]["tried"]] == [200, 50]
