@@ -135,8 +135,15 @@ cdef class _FcgiStdout(PartsWriter):
     def write_parts(self, parts, hold=False):
         self._write_parts(parts, hold)
 
+    cdef int _attached(self) except -1:
+        """The chain's streams are made by the chain; one made from Python has no request."""
+        if self._chain is None or self._io is None:
+            raise ValueError('this stream belongs to no FastCGI request')
+        return 0
+
     cdef int _write_parts(self, parts, bint hold) except -1:
         cdef list buffers
+        self._attached()
         if self._io.aborted:
             return 0  # the web server gave up on this request: nothing reads the bytes
         buffers = []
@@ -149,6 +156,7 @@ cdef class _FcgiStdout(PartsWriter):
         return 0
 
     def flush(self):
+        self._attached()
         self._chain.send([], False)
 
     cdef list end_buffers(self):
@@ -161,6 +169,7 @@ cdef class _FcgiStdout(PartsWriter):
         return [_encode_record(self._type, self._io.request_id)]
 
     def close(self):
+        self._attached()
         self._chain.send(self.end_buffers(), False)
 
 
@@ -318,6 +327,7 @@ cdef class _FcgiChain:
     cdef long max_requests        # -1: no budget
     cdef long served
     cdef bint closed
+    cdef bint hand_over           # the rest of the connection goes to the pure path
 
     cdef int init(self, FastCGIState conn) except -1:
         self.conn = conn
@@ -333,6 +343,7 @@ cdef class _FcgiChain:
         self.max_requests = -1 if max_requests is None else max_requests
         self.served = conn.served
         self.closed = conn.closed
+        self.hand_over = False
         return 0
 
     # -- the send queue (Connection.send) --------------------------------------------------
@@ -394,7 +405,7 @@ cdef class _FcgiChain:
         cdef bint ready = conn.parked  # back from the parked set: the socket is readable
         if ready:
             conn.parked = False
-        while not self.closed:
+        while not self.closed and not self.hand_over:
             if self.at >= len(self.events):
                 # Between requests (KEEP_CONN) the mode may end or park the wait; a new
                 # connection is not idle: its first request is on the way.
@@ -413,7 +424,7 @@ cdef class _FcgiChain:
                     ready = False
                     if not self.read_events(True):
                         return 0
-            while self.at < len(self.events) and not self.closed:
+            while self.at < len(self.events) and not self.closed and not self.hand_over:
                 self.dispatch_next()
         return 0
 
@@ -446,6 +457,10 @@ cdef class _FcgiChain:
             ex.started = True
             self.run_request(ex)
         elif record_type == _BEGIN_REQUEST:
+            if self.served > 0 and ex is None and not self.still_compiled():
+                self.at -= 1  # this request and the rest: the pure path's (_run_fcgi)
+                self.hand_over = True
+                return 0
             self.begin_request(event[1], payload)
         elif record_type == _ABORT_REQUEST:
             if ex is not None and ex.io.rid == request_id:
@@ -466,6 +481,13 @@ cdef class _FcgiChain:
             _fcgi_logger.warning('FastCGI: ignoring record of unknown type %d for request %d '
                                  'from %s', record_type, request_id, self.conn._peer_name())
         return 0
+
+    cdef bint still_compiled(self) except -1:
+        """Before a kept connection's next request: Python reads the hooks at every request
+        (the server's handler, its request class, the connection's methods), and any of them
+        may have changed since the connection began."""
+        self.server = self.conn.server
+        return _fcgi_runs_compiled(self.conn)
 
     cdef int begin_request(self, request_id, payload) except -1:
         role, flags = payload
@@ -634,8 +656,11 @@ cdef class _FcgiChain:
         return 0
 
     def discard_input(self, deadline):
-        """Read and drop the rest of the request's STDIN until its end or ``deadline``."""
+        """Read and drop the rest of the request's STDIN until its end or ``deadline``; once
+        the request has ended (a drain kept and called later), nothing."""
         cdef _FcgiExchange ex = self.current
+        if ex is None:
+            return
         self.discard_queued_input(ex)
         while not ex.stdin_src.ended and _monotonic() < deadline:
             ex.stdin_src.pull()
@@ -684,6 +709,10 @@ cdef object _run_fcgi(job):
     chain.init(conn)
     try:
         chain.serve()
+        if chain.hand_over:  # between requests: the records not yet handled go along
+            conn._events.extend(chain.events[chain.at:])
+            chain.events = []
+            chain.hand_queue_to_conn()
     except _ProtocolError as exc:
         _fcgi_logger.error('FastCGI protocol error from %s: %s; closing the connection',
                            conn._peer_name(), exc)
@@ -694,8 +723,10 @@ cdef object _run_fcgi(job):
             _fcgi_logger.exception('FastCGI connection from %s failed', conn._peer_name())
     finally:
         chain.release()
-        if not conn.parked and not conn.closed:  # _finish, one request at a time
-            _close(conn, _OWN_CLOSE)
+        if not chain.hand_over and not conn.parked and not conn.closed:
+            _close(conn, _OWN_CLOSE)  # _finish, one request at a time
+    if chain.hand_over:
+        return _fcgi_py['run'](job)
     return conn.served
 
 

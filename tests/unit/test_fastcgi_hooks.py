@@ -8,6 +8,7 @@ needed to free it), whatever way its request ended.
 import gc
 import logging
 import socket
+import time
 
 import pytest
 
@@ -287,6 +288,77 @@ def test_a_server_changed_between_two_requests_of_a_kept_connection(use_backend,
     h = Harness(hello)
     h.server.__class__ = type('Server', (type(h.server),), {})  # ours to change
     assert _kept_pair(h, between) == (b'Hello world!\n', b'mine')
+
+
+def _answer_mine(self, req):
+    req.stdout.write(b'Status: 200 OK\r\n\r\nmine')
+    return f.FCGI_REQUEST_COMPLETE, 0
+
+
+def _handler_on_instance(server):
+    server.handler = _answer_mine.__get__(server)
+
+
+def _handler_on_class(server):
+    type(server).handler = _answer_mine  # as an agent that wraps it once the site runs
+
+
+class _MineRequest(fcgi_base.Request):
+    def run(self):
+        self.stdout.write(b'Status: 200 OK\r\n\r\nmine')
+        self._end()
+
+
+def _request_class_on_instance(server):
+    server.request_class = _MineRequest
+
+
+def _class_with_a_handler(server):
+    server.__class__ = type('Mine', (type(server),), {'handler': _answer_mine})
+
+
+@pytest.mark.parametrize('between', [_handler_on_instance, _handler_on_class,
+                                     _request_class_on_instance, _class_with_a_handler])
+def test_a_hook_changed_between_two_requests_of_a_kept_connection(use_backend, between):
+    """Python asks for the server's handler and request class at every request, so a kept
+    connection's next request is served by the ones set meanwhile, and so is the one after
+    (found in review: the compiled chain had checked the hooks once per connection)."""
+    h = Harness(hello)
+    h.server.__class__ = type('Server', (type(h.server),), {})  # ours to change
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert read_response(sock).body == b'Hello world!\n'
+        between(h.server)
+        sock.sendall(request_bytes('/', keep_conn=True) + request_bytes('/'))
+        assert read_response(sock).body == b'mine'
+        assert read_response(sock).body == b'mine'
+        assert read_to_eof(sock) == b''
+    h.join()
+
+
+def test_a_drain_kept_past_the_end_of_its_connection_reads_nothing(use_backend):
+    """A connection class may keep the drain ``end_abruptly`` is given and call it later: by
+    then the request has ended and there is nothing to read (found in review: the compiled
+    drain read the ended request's place)."""
+    kept = []
+
+    class Connection(fcgi_base.Connection):
+        def end_abruptly(self, unix_signal=b'', drain=None):
+            kept.append(drain)
+            super().end_abruptly(unix_signal, None)
+
+    def app(environ, start_response):
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        yield b'part'
+        raise RuntimeError('after the response began')
+
+    h = with_connection_class(Connection)(app)
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', body=b'x' * 100))
+        read_to_eof(sock)
+    h.join()
+    assert len(kept) == 1 and kept[0] is not None
+    assert kept[0](time.monotonic() + 0.1) is None
 
 
 def test_a_connection_made_multiplexed_after_its_init_takes_a_send_lock(use_backend):

@@ -114,3 +114,23 @@ def test_input_stream_kept_past_a_closed_connection_reads_nothing(use_backend):
         assert read_response(sock).body == b'done'
     harness.join()
     assert kept[0].read() == b''
+
+
+@pytest.mark.parametrize('name', ['_FcgiStdout', '_FcgiStderr'])
+def test_a_compiled_chain_stream_made_from_python_raises(name):
+    """The compiled chain's streams are types an app can reach (``type(environ['wsgi.errors'])``)
+    and call: one made from Python belongs to no request, and says so (found in review: its
+    flush read the missing request's place and crashed the process)."""
+    from tests.conftest import COMPILED
+    if COMPILED is None:
+        pytest.skip('flupfast._speedups is not built')
+    from flupfast import _speedups
+    stream = getattr(_speedups, name)()
+    if name == '_FcgiStdout':
+        with pytest.raises(ValueError, match='no FastCGI request'):
+            stream.write(b'x')
+    else:
+        stream.write(b'x')  # stderr holds its bytes until flushed
+    for call in (stream.flush, stream.close, lambda: stream.write_parts([b'x'])):
+        with pytest.raises(ValueError, match='no FastCGI request'):
+            call()
