@@ -149,9 +149,13 @@ class _BodySource:
     def finish(self):
         """Read off the answers still owed (the unsolicited first chunk if the app never
         asked for it, those asked ahead of an app that stopped reading), so the next packet
-        on the connection is the next request's."""
-        while self.asked:
-            self._answer()
+        on the connection is the next request's. The request is over then: a ``wsgi.input``
+        kept past it reads nothing (the next request's packets are not its own)."""
+        try:
+            while self.asked:
+                self._answer()
+        finally:
+            self.ended = True
 
 
 class AJPRequest:
@@ -400,6 +404,7 @@ class AJPConnection(LoggedConnection):
         if req.truncated:
             # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
             # the client's response unfinished (``truncated-response-signalled``).
+            body.ended = True
             self.close()
             return False
         try:

@@ -29,8 +29,14 @@ def receive_buffer():
 
 def recv_into(sock, buf, limit=0):
     """``sock.recv_into(buf, limit)``: the bytes received into ``buf`` (0 at EOF); waits as
-    the socket's timeout says when nothing is there yet."""
-    return sock.recv_into(buf, limit)
+    the socket's timeout says when nothing is there yet. A count the buffer cannot hold (a
+    socket class of one's own may answer anything) is a ValueError: the compiled callers copy
+    that many bytes."""
+    got = sock.recv_into(buf, limit)
+    if type(got) is not int or not 0 <= got <= (limit or len(buf)):
+        raise ValueError('%s.recv_into() returned %r for a buffer of %d bytes'
+                         % (type(sock).__name__, got, limit or len(buf)))
+    return got
 
 
 def close_socket(sock):

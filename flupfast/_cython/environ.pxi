@@ -187,8 +187,8 @@ cdef class _EnvironTemplate:
         ``_TEMPLATE_REPEATS`` repeats, nor a repeated CONTENT_LENGTH (the codecs check that
         its values agree)."""
         cdef Py_ssize_t i, k, keys = 0, position = 0
-        cdef PyObject *name
-        cdef PyObject *value
+        cdef PyObject *name = NULL
+        cdef PyObject *value = NULL
         cdef PyObject *key_names[<int>_TEMPLATE_PAIRS]
         cdef PyObject *key_values[<int>_TEMPLATE_PAIRS]
         cdef Py_ssize_t key_of[<int>_TEMPLATE_PAIRS]

@@ -81,7 +81,7 @@ cdef inline Py_ssize_t _peek_length(const unsigned char *p, Py_ssize_t *pos,
 
 
 cdef Py_ssize_t _scan_pairs(const unsigned char *p, Py_ssize_t end, Py_ssize_t limit,
-                           _Pair *pairs, bint *whole) noexcept:
+                            _Pair *pairs, bint *whole) noexcept:
     """How many well-formed pairs the stream starts with (at most ``limit``), to size the dict
     once; stops quietly at anything malformed, which the decoding loop then reports. With
     ``pairs``, the spans of the first ``_TEMPLATE_PAIRS`` go there; with ``whole``, whether the
@@ -153,7 +153,7 @@ cdef dict _decode_request_params(const unsigned char *p, Py_ssize_t end,
     """_decode_params for a request's PARAMS: a copy of the last request's dict where the
     names are the same (environ.pxi's _EnvironTemplate). One scan counts the pairs for both."""
     cdef _Pair pairs[<int>_TEMPLATE_PAIRS]
-    cdef bint whole
+    cdef bint whole = False
     cdef Py_ssize_t counted = _scan_pairs(p, end, _pairs_to_count(max_pairs), pairs, &whole)
     # The template's count: -1 for a malformed stream or one of more pairs than it holds.
     cdef Py_ssize_t count = counted if whole and counted <= _TEMPLATE_PAIRS else -1

@@ -87,12 +87,26 @@ cdef _ClassPlan _fcgi_request_plan = _ClassPlan()
 cdef _ClassPlan _fcgi_server_plan = _ClassPlan()
 
 
+cdef tuple _FCGI_CONN_NAMES = tuple([name for name, _ in _FCGI_CONN_OWN])
+cdef object _PureFastCGIParser = _fcgi_codec.FastCGIParser
+
+
 cdef bint _fcgi_runs_compiled(conn) except -1:
-    """The connection, its server and its request class are flupfast's own, unchanged."""
+    """The connection, its parser, its server and its request class are flupfast's own,
+    unchanged."""
     global _fcgi_base_ns
     if not _fcgi_conn_plan.get(type(conn), _work_out_fcgi_conn):
         return False
     if conn.multiplexed or (<FastCGIState>conn).timeout:  # the plan: a FastCGIState
+        return False
+    # The chain takes the parser's events as flupfast's parsers make them (tuples).
+    parser_type = type((<FastCGIState>conn)._parser)
+    if parser_type is not FastCGIParser and parser_type is not _PureFastCGIParser:
+        return False
+    # A method set on the instance (a subclass's __init__ wrapping self.send) is Python's to
+    # call; flupfast's own __init__ (connection.pxi's plan) sets none.
+    if not _fcgi_construction_plan.get(type(conn), _work_out_fcgi_construction) \
+            and _hook_on_instance(conn, None, _FCGI_CONN_NAMES):
         return False
     server = conn.server
     own = _server_dict(server)
@@ -487,7 +501,7 @@ cdef class _FcgiChain:
         (the server's handler, its request class, the connection's methods), and any of them
         may have changed since the connection began."""
         self.server = self.conn.server
-        return _fcgi_runs_compiled(self.conn)
+        return self.conn._parser is self.parser_obj and _fcgi_runs_compiled(self.conn)
 
     cdef int begin_request(self, request_id, payload) except -1:
         role, flags = payload
@@ -633,7 +647,7 @@ cdef class _FcgiChain:
             event = <tuple>self.events[self.at]
             record_type = event[0]
             if <long>event[1] != ex.io.rid or not (record_type == _STDIN
-                                                    or record_type == _DATA):
+                                                   or record_type == _DATA):
                 break
             self.at += 1
             if not event[2]:

@@ -1,8 +1,9 @@
 # The WSGI gateway's per-request part, compiled: the twin of flupfast/gateway.py's
 # build_environ, Response and run_application (same names, signatures, attributes, results and
-# errors, and the same calls to the app, the responder and the observer, in the same order). The rules themselves stay in
-# gateway.py, once: the status and header checks with their caches, _to_bytes, FileWrapper,
-# is_peer_gone and the observer are the pure module's own objects, used from here. What this
+# errors, and the same calls to the app, the responder and the observer, in the same order).
+# The rules themselves stay in gateway.py, once: the status and header checks with their
+# caches, _to_bytes, FileWrapper, is_peer_gone and the observer are the pure module's own
+# objects, used from here. What this
 # saves is the interpreter: the Python frames of the environ's wsgi.* keys, start_response,
 # send and the result loop ran for every request of every protocol (bench/gateway_cost.py).
 

@@ -48,6 +48,10 @@ from libc.errno cimport ECONNABORTED
 
 
 from _socket import socket as _c_socket_base
+from types import FunctionType as _FunctionType
+import socket as _socket_py
+
+cdef object _socket_py_file = _socket_py.__file__  # where socket.py's own __init__ is from
 
 cdef object _c_socket_init = _c_socket_base.__init__
 # What socket.py's socket class holds besides _socket's state: its __init__ sets the last two
@@ -182,10 +186,16 @@ cdef extern from *:
 
 
 cdef bint _can_build_socket(cls):
-    """Whether _new_socket may build ``cls`` itself: socket.py's class as this module knows it.
-    Anything else (a later CPython's, a replaced class) is built by calling it."""
-    return isinstance(cls, type) and issubclass(cls, _c_socket_base) \
-        and list(getattr(cls, "__slots__", ())) == _KNOWN_SOCKET_SLOTS
+    """Whether _new_socket may build ``cls`` itself: socket.py's class as this module knows it,
+    with socket.py's own ``__init__``. Anything else (a later CPython's, a replaced class, a
+    subclass, an instrumented ``__init__``) is built by calling it."""
+    if not (isinstance(cls, type) and issubclass(cls, _c_socket_base)
+            and list((<type>cls).__dict__.get("__slots__", ())) == _KNOWN_SOCKET_SLOTS):
+        return False
+    init = (<type>cls).__dict__.get("__init__")
+    code = getattr(init, "__code__", None)
+    return type(init) is _FunctionType and code is not None \
+        and code.co_filename == _socket_py_file and code.co_name == "__init__"
 
 
 cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
@@ -193,7 +203,7 @@ cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):
     ``__init__`` (a frame and its keyword parsing per accepted connection): _socket's own
     state (see flupfast_socket_state), then the two attributes socket.py's init sets."""
     cdef flupfast_socket_state *state
-    if not direct:
+    if not direct or not _socket_plan.get(cls, _work_out_socket):  # as then, or patched since
         return cls(family, type_, proto, fileno=fd)
     cdef bint layout_known = _socket_layout_known()
     sock = flupfast_type_new(cls)
@@ -353,7 +363,7 @@ cdef class Leader:
         cdef int wake_r = self._wake[0]
         cdef bint woken = False, listener, shared
         cdef epoll_event events[3]
-        cdef char byte
+        cdef char byte = 0
         if self.closed:
             return None
         self._users += 1

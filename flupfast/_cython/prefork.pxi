@@ -187,7 +187,7 @@ cdef bint _parent_is_watching(_Board *board) except -1:
 
 cdef bint _parent_looks_within(_Board *board, double seconds) except -1:
     """ChildBoard.parent_looks_within."""
-    cdef double next_look
+    cdef double next_look = 0
     if board.state == NULL or board.state_len < board.state_size:
         return False
     memcpy(&next_look, board.state + board.next_look_at, sizeof(double))

@@ -92,7 +92,7 @@ cdef class WorkerTitle:
     cdef Py_ssize_t _put(self, Py_ssize_t at, str text) except -1:
         """Write ``text`` (UTF-8, as setproctitle encodes it) at ``at``, cut at the area's
         last byte; returns where it ends."""
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n = 0
         cdef const char *data = PyUnicode_AsUTF8AndSize(text, &n)
         if n > self._size - 1 - at:
             n = self._size - 1 - at

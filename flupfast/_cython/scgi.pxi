@@ -99,7 +99,7 @@ cdef tuple _scgi_headers(const unsigned char *p, Py_ssize_t n, Py_ssize_t max_pa
     fields = _netstring_fields(p, end, pairs)
     if fields % 2:
         raise SCGIError('header block has a name without a value')
-    if fields > 2 * max_pairs:
+    if fields // 2 > max_pairs:  # (2 * max_pairs may not fit)
         raise SCGIError('more than %d headers' % max_pairs)
     # A copy of the last request's dict where the names are the same (environ.pxi).
     count = fields // 2 if fields <= 2 * _TEMPLATE_PAIRS else -1
@@ -145,9 +145,13 @@ cdef object _decode_scgi_at(const unsigned char *p, Py_ssize_t end, Py_ssize_t c
     """decode_request on ``p[:end]``."""
     cdef Py_ssize_t pos = 0, length = 0, start, stop
     cdef int max_digits = _scgi_digits(cap)
+    cdef bint over = False  # the digits say more than a Py_ssize_t holds (a cap near its max)
     cdef tuple decoded
     while pos < end and 0x30 <= p[pos] <= 0x39:
-        length = length * 10 + (p[pos] - 0x30)
+        if length > (PY_SSIZE_T_MAX - 9) // 10:
+            over = True
+        else:
+            length = length * 10 + (p[pos] - 0x30)
         pos += 1
         if pos > max_digits:
             raise SCGIError('netstring length has more than %d digits (header block cap '
@@ -155,9 +159,9 @@ cdef object _decode_scgi_at(const unsigned char *p, Py_ssize_t end, Py_ssize_t c
     if pos > 1 and p[0] == 0x30:
         raise SCGIError('invalid netstring length %r: leading zero'
                         % PyBytes_FromStringAndSize(<char *>p, pos))
-    if length > cap:
+    if over or length > cap:
         raise SCGIError('SCGI header block of %d bytes exceeds the %d-byte cap'
-                        % (length, cap))
+                        % (int(PyBytes_FromStringAndSize(<char *>p, pos)), cap))
     if pos == end:
         return None
     if p[pos] != 0x3A:

@@ -177,6 +177,32 @@ cdef int _work_out_request(cls) except -1:
 
 # One entry each: a process serves one server class, one connection class, one request class.
 cdef _ClassPlan _conn_plan = _ClassPlan()
+# leader.pxi's accepted socket class, checked again whenever the class changes.
+cdef _ClassPlan _socket_plan = _ClassPlan()
+
+
+cdef int _work_out_socket(cls) except -1:
+    return _can_build_socket(cls)
+
+# The connection's methods the compiled path runs itself, and their flags.
+cdef tuple _CONN_METHOD_FLAGS = (
+    ('_read_header', _OWN_READ_HEADER), ('status_prefix', _OWN_CGI_PREFIX | _OWN_UWSGI_PREFIX),
+    ('_serve', _OWN_SERVE), ('_finish', _OWN_FINISH), ('close', _OWN_CLOSE),
+    ('recv_some', _OWN_RECV), ('send', _OWN_SEND))
+
+
+cdef int _conn_flags(conn) except -1:
+    """The flags of ``conn``'s class, less those of a method set on the instance itself (a
+    subclass's ``__init__`` may wrap ``self.send``: Python calls that one). A connection that
+    flupfast's own ``__init__`` built (connection.pxi's plan) has nothing on the instance."""
+    cdef int flags = _conn_plan.get(type(conn), _work_out_conn)
+    if flags & _OWN_STATE and not _construction_plan.get(type(conn), _work_out_construction):
+        own = getattr(conn, '__dict__', None)
+        if own:
+            for name, flag in _CONN_METHOD_FLAGS:
+                if name in own:
+                    flags &= ~<int>flag
+    return flags
 cdef _ClassPlan _server_plan = _ClassPlan()
 cdef _ClassPlan _request_plan = _ClassPlan()
 cdef _ClassPlan _server_reads_plan = _ClassPlan()
@@ -231,11 +257,11 @@ cdef object _server_dict(server):
     return None
 
 
-cdef bint _hook_on_instance(server, own, tuple names) except -1:
-    """Whether one of ``names`` (the server's hooks) is set on the server instance itself;
-    ``own``: its dict from _server_dict, or None to look it up."""
+cdef bint _hook_on_instance(obj, own, tuple names) except -1:
+    """Whether one of ``names`` (a server's hooks, a connection's methods) is set on the
+    instance ``obj`` itself; ``own``: its dict (_server_dict's), or None to look it up."""
     if own is None:
-        own = getattr(server, '__dict__', None)
+        own = getattr(obj, '__dict__', None)
     if not own:
         return False
     for name in names:
@@ -282,7 +308,7 @@ cdef object _receive(conn, Py_ssize_t limit):
     """``conn.recv_some(limit)`` as bytes: Connection.recv_some's receive into this thread's
     buffer, copied out at once; an overriding ``recv_some`` is called."""
     cdef Py_ssize_t n
-    if not _conn_plan.get(type(conn), _work_out_conn) & _OWN_RECV:
+    if not _conn_flags(conn) & _OWN_RECV:
         return bytes(conn.recv_some(limit))
     buf = _thread_buffer()[0]
     if limit > _RECV_SIZE:
@@ -426,7 +452,7 @@ cdef tuple _read_head(ConnectionState conn, decode, int flags):
     with the head)."""
     cdef Py_ssize_t n = 0, start, take
     cdef const unsigned char *received = NULL
-    data = None
+    data = pair = None
     conn.idle = True  # no request byte yet: a stop may end the wait
     try:
         on_idle = conn.on_idle
@@ -621,7 +647,7 @@ cdef _run_stock_request(ConnectionState conn, server, own, request_class, int fl
 
 def serve_scgi(conn):
     """Serve the one request of ``conn`` (an SCGIConnection); see scgi_connection.serve."""
-    cdef int flags = _conn_plan.get(type(conn), _work_out_conn)
+    cdef int flags = _conn_flags(conn)
     if not flags & _OWN_STATE:
         return _pure_scgi('serve')(conn)  # its state is not (all) in the C fields
     _serve(conn, flags)
@@ -718,7 +744,7 @@ def run_scgi(conn):
 
 
 cdef object _run_scgi(object job):
-    cdef int flags = _conn_plan.get(type(job), _work_out_conn)
+    cdef int flags = _conn_flags(job)
     if not flags & _OWN_STATE:
         return _pure_scgi('run')(job)  # its state is not (all) in the C fields
     cdef ConnectionState conn = <ConnectionState>job

@@ -55,6 +55,17 @@ def recv_into(sock, buf, Py_ssize_t limit=0):
     return _recv_into(sock, buf, limit, False)
 
 
+cdef object _python_recv_into(sock, buf, Py_ssize_t limit):
+    """``sock.recv_into(buf, limit)`` through Python, its answer checked: the callers copy or
+    parse that many bytes of ``buf`` in C, and a socket class of one's own may answer
+    anything (the pure twins slice, which bounds it)."""
+    got = sock.recv_into(buf, limit)
+    if type(got) is not int or not 0 <= got <= (limit or len(buf)):
+        raise ValueError('%s.recv_into() returned %r for a buffer of %d bytes'
+                         % (type(sock).__name__, got, limit or len(buf)))
+    return got
+
+
 cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
     """sock.recv_into(buf, limit). ``expected``: the bytes are likely there already (a new
     connection's request head), so a GIL-held try pays even where no thread contends."""
@@ -64,11 +75,11 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
     cdef bint blocking
     cdef flupfast_socket_state *state = _socket_state_of(sock)
     if limit < 0 or (state == NULL and not (_threads_contend and type(sock) is _SocketClass)):
-        return sock.recv_into(buf, limit)  # a bad limit is Python's own error
+        return _python_recv_into(sock, buf, limit)  # a bad limit is Python's own error
     try:
         PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     except (BufferError, TypeError):
-        return sock.recv_into(buf, limit)  # not a writable buffer: Python's own error
+        return _python_recv_into(sock, buf, limit)  # not a writable buffer: Python's own error
     try:
         # The socket's state after the buffer's (whose export may have run Python code).
         if state != NULL:
@@ -80,7 +91,7 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
             fd = sock.fileno()
             blocking = False
         if fd < 0:
-            return sock.recv_into(buf, limit)  # closed: Python's own error
+            return _python_recv_into(sock, buf, limit)  # closed: Python's own error
         if limit == 0 or limit > view.len:
             if limit > view.len:
                 raise ValueError("buffer too small for requested bytes")
@@ -112,7 +123,7 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
     finally:
         PyBuffer_Release(&view)
     # A timeout to honour, or a signal handled: Python's own method from here.
-    return sock.recv_into(buf, limit)
+    return _python_recv_into(sock, buf, limit)
 
 
 def close_socket(sock):

@@ -472,3 +472,35 @@ def test_a_parked_connection_resumes_without_asking_again(use_backend):
     assert web.closed()
     assert seen == [(True, False, False), (True, True, True), (True, True, True)]
     assert busy == [False, False]
+
+
+@pytest.mark.parametrize('read_first', [0, 10])
+def test_an_input_kept_past_its_request_takes_nothing_of_the_next(use_backend, read_first):
+    """An app that keeps wsgi.input and reads it during the next request on the same kept
+    connection gets at most its own request's bytes already received: the next request's body
+    packets stay the next request's (found in review: the old stream asked the web server for
+    more and took them, and the next request failed)."""
+    kept = {}
+
+    def app(environ, start_response):
+        if environ['PATH_INFO'] == '/first':
+            kept['input'] = environ['wsgi.input']
+            environ['wsgi.input'].read(read_first)
+            body = b'first'
+        else:
+            stale = kept['input'].read(30000)
+            own = environ['wsgi.input'].read()
+            body = b'%d %d %d' % (stale.count(b'B'), len(own), own.count(b'B'))
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        return [body]
+
+    h = Harness(app)
+    web = h.connect()
+    first = b'A' * 20000  # more than the first chunk: the rest is never asked for
+    assert web.exchange(request_bytes('POST', '/first', body=first), first[8186:]).body \
+        == b'first'
+    second = b'B' * 30000
+    answer = web.exchange(request_bytes('POST', '/second', body=second), second[8186:])
+    assert (answer.status, answer.body, answer.reuse) == (200, b'0 30000 30000', True)
+    web.sock.close()
+    h.join()

@@ -361,6 +361,58 @@ def test_a_drain_kept_past_the_end_of_its_connection_reads_nothing(use_backend):
     assert kept[0](time.monotonic() + 0.1) is None
 
 
+class _ListEventsParser:
+    """A parser of one's own (here wrapping flupfast's, its events as lists)."""
+
+    def __init__(self):
+        self._inner = fastcgi_connection._impl.FastCGIParser()
+
+    @property
+    def pending(self):
+        return self._inner.pending
+
+    def feed(self, data):
+        return [list(event) for event in self._inner.feed(data)]
+
+
+def test_a_parser_of_ones_own_is_used(use_backend):
+    """A connection class whose __init__ installs its own parser is served through it (found
+    in review: the compiled chain took its events for tuples and crashed on lists)."""
+    fed = []
+
+    class Connection(fastcgi_connection.FastCGIConnection):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._parser = _ListEventsParser()
+            fed.append(self._parser)
+
+    h = with_connection_class(Connection)(hello)
+    assert h.request('/').body == b'Hello world!\n'
+    h.join()
+    assert len(fed) == 1
+
+
+def test_a_method_set_on_the_connection_instance_is_called(use_backend):
+    """A subclass's __init__ may wrap ``self.send``: Python calls the instance's (found in
+    review: the compiled chain checked the class only)."""
+    sent = []
+
+    class Connection(fcgi_base.Connection):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            inner = self.send
+
+            def send(buffers, hold=False):
+                sent.append(len(buffers))
+                return inner(buffers, hold)
+            self.send = send
+
+    h = with_connection_class(Connection)(hello)
+    assert h.request('/').body == b'Hello world!\n'
+    h.join()
+    assert sent
+
+
 def test_a_connection_made_multiplexed_after_its_init_takes_a_send_lock(use_backend):
     """Only a multiplexed connection's threads send at once, so only it has a send lock: one
     made multiplexed after __init__ gets it before its first request thread starts."""

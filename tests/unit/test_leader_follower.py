@@ -158,6 +158,44 @@ def test_the_accepted_socket_is_what_socket_accept_gives(backend, tmp_path, monk
         listener.close()
 
 
+class _TaggedSocket(socket.socket):  # no __slots__ of its own: it has a __dict__
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tag = "init ran"
+
+
+def test_a_socket_subclass_is_built_by_its_own_init(backend, unix_listener, monkeypatch):
+    """socket.socket replaced by a subclass (its __slots__ inherited): the accepted socket is
+    one of it, its __init__ run (found in review: the compiled twin skipped it)."""
+    listener, address = unix_listener
+    peer = _connect(address)  # a plain socket, before the class is replaced
+    monkeypatch.setattr(socket, "socket", _TaggedSocket)
+    leader = backend.Leader(listener)
+    try:
+        client, _ = leader.lead()
+        with client, peer:
+            assert type(client) is _TaggedSocket and client.tag == "init ran"
+    finally:
+        leader.close()
+
+
+def test_an_init_wrapped_after_the_start_is_called(backend, unix_listener, monkeypatch):
+    """socket.socket.__init__ wrapped by instrumentation once the server runs: the next
+    accepted socket goes through it (found in review: the compiled twin never called it)."""
+    listener, address = unix_listener
+    leader = backend.Leader(listener)
+    calls = []
+    stock = socket.socket.__init__
+
+    def traced(self, *args, **kwargs):
+        stock(self, *args, **kwargs)
+        if kwargs.get("fileno") is not None:  # an accepted one, not the peer's
+            calls.append(self.fileno())
+    monkeypatch.setattr(socket.socket, "__init__", traced)
+    with _led_once(leader, address) as (client, _, _peer):
+        assert calls == [client.fileno()]
+
+
 # In a process of its own: an audit hook cannot be taken out again.
 AUDIT_SCRIPT = r"""
 import socket, sys, tempfile

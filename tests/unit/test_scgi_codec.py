@@ -2,6 +2,8 @@
 it, any split of it, every malformed prefix or block (an SCGIError naming what is wrong,
 raised as early as the bytes allow), and the twins' agreement on arbitrary input.
 """
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -104,6 +106,20 @@ def test_a_repeated_name_keeps_its_last_value_as_flup(backend):
 ])
 def test_a_malformed_netstring_is_an_error_as_early_as_possible(backend, data, message):
     assert message in errors(backend, data)
+
+
+def test_caps_as_large_as_an_index_holds(backend):
+    """A cap may be as large as sys.maxsize: a length of more digits than an index holds is
+    over it, and any number of headers is under it (found in review: the compiled codec's
+    length overflowed into a read far outside the data, and twice the pair cap wrapped)."""
+    huge = sys.maxsize
+    with pytest.raises(SCGIError, match='exceeds the %d-byte cap' % huge):
+        backend.decode_scgi_request(b'9999999999999999999:' + b'x' * 40, max_header=huge)
+    with pytest.raises(SCGIError, match='exceeds'):
+        backend.decode_scgi_request(b'%d:' % (huge + 1), max_header=huge)
+    wire = netstring(block([('CONTENT_LENGTH', '0'), ('SCGI', '1')]))
+    assert backend.decode_scgi_request(wire, max_pairs=huge)[:2] == (
+        {'CONTENT_LENGTH': '0', 'SCGI': '1'}, 0)
 
 
 def test_the_cap_is_the_limit(backend):

@@ -318,3 +318,28 @@ def test_a_logger_flag_that_runs_code_is_asked_as_python_asks_it(harness, caplog
     finally:
         logger.disabled = False
     assert any(r.getMessage().startswith('GET ') for r in caplog.records)
+
+
+def test_methods_set_on_the_connection_instance_are_called(harness):
+    """A subclass's __init__ may wrap ``self.send`` and ``self.recv_some``: Python calls the
+    instance's (found in review: the compiled path checked the class only)."""
+    calls = []
+
+    class Connection(harness.connection_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            inner_send, inner_recv = self.send, self.recv_some
+
+            def send(buffers, hold=False):
+                calls.append('send')
+                return inner_send(buffers, hold)
+
+            def recv_some(limit=0):
+                calls.append('recv')
+                return inner_recv(limit)
+            self.send, self.recv_some = send, recv_some
+
+    h = type('Harness', (harness,), {'connection_class': Connection})(echo)
+    assert h.request('/', body=b'abc')[2].endswith(b' 3')  # echo: the body's hash, length
+    h.join()
+    assert 'send' in calls and 'recv' in calls

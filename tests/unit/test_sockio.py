@@ -127,6 +127,20 @@ def test_a_bad_limit_raises_value_error(backend, pair, limit):
         backend.recv_into(a, bytearray(8), limit)
 
 
+@pytest.mark.parametrize('answer', [64 << 20, 9, -1, None])
+def test_a_count_the_buffer_cannot_hold_raises_value_error(backend, answer):
+    """A socket class of one's own may answer anything; the compiled callers copy as many
+    bytes as it says (found in review: 64 MiB read out of the 256 KiB receive buffer)."""
+    class Liar:
+        def recv_into(self, buf, limit=0):
+            return answer
+
+        def fileno(self):
+            return -1
+    with pytest.raises(ValueError, match='Liar.recv_into'):
+        backend.recv_into(Liar(), bytearray(8))
+
+
 def test_a_read_only_buffer_raises_type_error(backend, pair):
     a, b = pair
     b.sendall(b'x')
