@@ -104,6 +104,7 @@ cdef extern from "<errno.h>":
     int ECONNRESET
 
 import time as _time
+from operator import index as _operator_index
 
 cdef object _monotonic = _time.monotonic  # also fastcgi_serve.pxi's
 
@@ -172,6 +173,15 @@ cdef struct _Board:
     Py_ssize_t next_look_at
     double sample
     double excess_check
+
+
+cdef Py_ssize_t _served_count(served, Py_ssize_t left) except -1:
+    """child.served_count: a job's run() result as requests served (None, a flup-era run()'s
+    answer: one), at most ``left``."""
+    if served is None:
+        return 1
+    served = _operator_index(served)
+    return left if served >= left else served
 
 
 cdef bint _pool_full(_Board *board) noexcept:
@@ -268,9 +278,9 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
     cboard.state = NULL
     cboard.state_len = 0
     if board is not None:
-        if not 0 <= board.slot < len(board.buffer):
-            raise ValueError('scoreboard slot %d out of range' % board.slot)
-        cboard.slot = board.slot
+        # Everything read from the board before its buffers are taken (a read that raises
+        # then leaves nothing exported), the slot checked against the buffer's own length.
+        slot, pool_state = board.slot, board.pool_state
         cboard.min_spare = board.min_spare
         cboard.max_spare = board.max_spare
         cboard.state_size = policy.POOL_STATE_SIZE
@@ -282,11 +292,15 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
         if policy.NEXT_LOOK.format != 'd':
             raise AssertionError('the next look is a native double')
         PyObject_GetBuffer(board.buffer, &board_view, PyBUF_WRITABLE)
+        if not 0 <= slot < board_view.len:
+            PyBuffer_Release(&board_view)
+            raise ValueError('scoreboard slot %d out of range' % slot)
+        cboard.slot = slot
         cboard.buf = <unsigned char *>board_view.buf
         cboard.size = board_view.len
-        if board.pool_state is not None:
+        if pool_state is not None:
             try:
-                PyObject_GetBuffer(board.pool_state, &state_view, PyBUF_SIMPLE)
+                PyObject_GetBuffer(pool_state, &state_view, PyBUF_SIMPLE)
             except BaseException:
                 PyBuffer_Release(&board_view)
                 raise
@@ -355,7 +369,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 client.close()
                 served = 1
             if limited:
-                left -= served
+                left -= _served_count(served, left)
                 if left <= 0:
                     return  # retire; the parent sees EOF and replaces us
             if not _board_report(&cboard, parent_fd, idle, out_epfd):

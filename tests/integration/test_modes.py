@@ -81,9 +81,29 @@ SERVER = textwrap.dedent("""
     before = {sig: signal.getsignal(sig) for sig in watched}
 
     sock = bind_listen_socket(path)
+    flup_child = options.pop("flup_child", False)
     if mode == "prefork":
         from flupfast.server.preforkserver import PreforkServer
-        server = PreforkServer(jobClass=LineJob, **options)
+        server_class = PreforkServer
+        if flup_child:
+            import select
+
+            class FlupChildLoop(PreforkServer):
+                def _child(self, sock, parent):  # flup 1.0.3's loop, in short
+                    while True:
+                        ready, _, _ = select.select([sock, parent], [], [])
+                        if parent in ready:
+                            return
+                        try:
+                            client, addr = sock.accept()
+                        except BlockingIOError:
+                            continue
+                        self._notifyParent(parent, b"\\x00")
+                        self._jobClass(client, addr, *self._jobArgs).run()
+                        if not self._notifyParent(parent, b"\\xff"):
+                            return
+            server_class = FlupChildLoop
+        server = server_class(jobClass=LineJob, **options)
     elif mode == "threaded":
         from flupfast.server.threadedserver import ThreadedServer
         server = ThreadedServer(jobClass=LineJob, **options)
@@ -375,6 +395,22 @@ def test_prefork_shutdown_interrupts_busy_child(start):
     assert_clean_stop(result, False)
     assert "sending SIGTERM" not in server.stderr()
     assert reply == [[]]
+
+
+def test_prefork_shutdown_drains_a_flup_style_child_loop(start):
+    """A PreforkServer subclass with flup's own ``_child`` loop sets no handler for the drain
+    signal: a busy child finishes its job at shutdown (found in review: the signal's default
+    action ended it at once, the request unanswered)."""
+    server = start("prefork", maxSpare=1, flup_child=True)
+    reply = []
+    client = threading.Thread(target=lambda: reply.append(server.request(1.5)))
+    client.start()
+    wait_until(lambda: len(server.children()) == 2, WAIT)  # one busy, one spare
+    time.sleep(0.3)  # the job is sleeping
+    _, result = server.stop(signal.SIGTERM)
+    client.join(WAIT)
+    assert_clean_stop(result, False)
+    assert len(reply) == 1 and len(reply[0]) == 1, server.stderr()  # answered
 
 
 def test_prefork_shutdown_escalates_to_kill(start):

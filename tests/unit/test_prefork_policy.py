@@ -1,5 +1,6 @@
 """The prefork pool policy as a pure function (no fork), the child loop over socketpairs, and
 the flup facade's argument checks."""
+import mmap
 import os
 import random
 import socket
@@ -11,8 +12,8 @@ from flupfast import _impl
 from flupfast.scgi_connection import SCGIConnection
 
 from flupfast.serving.prefork import (
-    BUSY, EXITING, IDLE, STATUS_BUSY, STATUS_IDLE, PoolChange, PoolLimits, decide_pool_change,
-    notify_parent, serve_child)
+    BUSY, EXITING, IDLE, STATUS_BUSY, STATUS_IDLE, ChildBoard, PoolChange, PoolLimits,
+    decide_pool_change, notify_parent, serve_child)
 from flupfast.limits import FORK_RETIRE_SPACING
 from flupfast.server.preforkserver import PreforkServer
 from tests.waiting import wait_until
@@ -699,3 +700,89 @@ def test_importing_the_codecs_loads_nothing_of_the_serving_layer():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
                          timeout=60, check=True).stdout.split('\n')
     assert out[:2] == ['[]', 'True']
+
+
+class FlupEraJob(CountingJob):
+    """A connection of flup's time: its run() returns nothing."""
+
+    def run(self):
+        CountingJob.run(self)
+
+
+def test_a_run_that_returns_none_counts_one_request(tmp_path, child_loop):
+    """flup's connections' run() returns None: with a request limit the child counts one per
+    connection and retires at the limit (found in review: it died of a TypeError after every
+    connection, and the parent forked a new one each time)."""
+    listen = ListenPair(tmp_path)
+    parent, child = socket.socketpair()
+    child.setblocking(False)
+    CountingJob.seen_limits = []
+    thread = threading.Thread(target=child_loop, args=(
+        listen.sock, child, FlupEraJob, (b"ok",), None, 2, 5.0, None))
+    thread.start()
+    try:
+        assert listen.request(1) == [b"ok\n"]
+        assert listen.request(1) == [b"ok\n"]
+        thread.join(10)
+        assert not thread.is_alive()  # retired after its two, not dead after its first
+        assert CountingJob.seen_limits == [2, 1]
+    finally:
+        for sock in (listen.sock, parent, child):
+            sock.close()
+
+
+@pytest.mark.parametrize('answer, counted', [(None, 1), (3, 3), (True, 1)])
+def test_served_count(answer, counted):
+    from flupfast.serving.prefork.child import served_count
+    assert served_count(answer) == counted
+    with pytest.raises(TypeError):
+        served_count(1.0)
+
+
+class _LyingBuffer(bytearray):
+    """A board whose len() says more than the memory it exports."""
+
+    def __len__(self):
+        return 1 << 20
+
+
+class _BoardWithout(ChildBoard):
+    """A board whose pool_state cannot be read (max_spare 0: the first idle report asks it)."""
+    __slots__ = ()
+
+    def __init__(self, buffer, slot):
+        self.buffer, self.slot, self.min_spare, self.max_spare = buffer, slot, 0, 0
+
+    @property
+    def pool_state(self):
+        raise RuntimeError('no pool state')
+
+
+def test_a_slot_outside_the_boards_memory_is_refused(tmp_path, child_loop):
+    """The slot is checked against the memory the board exports, not its len() (found in
+    review: the compiled loop wrote outside it)."""
+    listen = ListenPair(tmp_path)
+    parent, child = socket.socketpair()
+    try:
+        board = ChildBoard(_LyingBuffer(4), 1000, 1, 5)
+        with pytest.raises((ValueError, IndexError)):
+            child_loop(listen.sock, child, CountingJob, (b"ok",), None, 0, 5.0, board)
+    finally:
+        for sock in (listen.sock, parent, child):
+            sock.close()
+
+
+def test_a_board_that_fails_to_read_leaves_its_memory_free(tmp_path, child_loop):
+    """A board attribute that raises leaves no buffer exported (found in review: the mmap
+    could no longer be closed)."""
+    listen = ListenPair(tmp_path)
+    parent, child = socket.socketpair()
+    shared = mmap.mmap(-1, 8)
+    try:
+        with pytest.raises(RuntimeError, match='no pool state'):
+            child_loop(listen.sock, child, CountingJob, (b"ok",), None, 0, 5.0,
+                       _BoardWithout(shared, 0))
+        shared.close()  # BufferError if a view were still exported
+    finally:
+        for sock in (listen.sock, parent, child):
+            sock.close()

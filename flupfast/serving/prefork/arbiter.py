@@ -399,6 +399,11 @@ class PreforkMode(JobSource, LoopControl):
         # Own process group, so a terminal's Ctrl-C reaches only the parent (flup :327-329).
         os.setpgid(0, 0)
         self.restore_child_signals()
+        if DRAIN_SIGNAL is not None:
+            # Until a child loop sets its handler (the stock _child does; a flup-style override
+            # does not), the drain word is nothing to die of: its default action ends the
+            # process at once, a busy request with it.
+            signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
         self.signals.close()
         for child in self.children.values():
             if child.sock is not None:

@@ -3,6 +3,7 @@ _cython/prefork.pxi), its reports to the parent (status bytes, the scoreboard) a
 the drain signal. It must not know the protocol, nor import _impl (which picks this loop).
 """
 import logging
+import operator
 import os
 import select
 import signal
@@ -21,7 +22,7 @@ from flupfast.serving.prefork.policy import (
 
 __all__ = ["ACCEPT_BACKOFF", "DRAIN_SIGNAL", "EXIT_REQUEST_TIMEOUT", "STATUS_BUSY",
            "STATUS_IDLE", "ChildBoard", "ChildDrain", "ChildJobs", "end_for_request_timeout",
-           "notify_parent", "serve_child"]
+           "notify_parent", "serve_child", "served_count"]
 
 logger = logging.getLogger("flupfast")
 
@@ -50,6 +51,12 @@ def end_for_request_timeout():
         except (OSError, ValueError):
             pass
     os._exit(EXIT_REQUEST_TIMEOUT)
+
+
+def served_count(served):
+    """A job's ``run()`` result as requests served: an int, or None (what a flup-era
+    connection's ``run()`` returns) for one."""
+    return 1 if served is None else operator.index(served)
 
 
 def notify_parent(parent_sock, status):
@@ -217,7 +224,7 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
             client.close()
             served = 1
         if left is not None:
-            left -= served
+            left -= served_count(served)
             if left <= 0:
                 return  # retire; the parent sees EOF and replaces us
         if not report(parent_sock, STATUS_IDLE):
