@@ -37,6 +37,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport (
     PyUnicode_1BYTE_DATA, PyUnicode_DecodeLatin1, PyUnicode_GET_LENGTH)
 from libc.string cimport memchr, memcmp, memcpy, memset

@@ -184,17 +184,15 @@ _CACHED_PAIR_BYTES = 1024
 
 
 
-def _cached_pair_typed(pair):
-    """The lookup under ``python -b``: only a (str, str) tuple, as cached, is looked up, so bytes
-    are never compared with str on equal hashes (a BytesWarning there). Otherwise the plain
-    lookup is safe: the bytes sent are always those of a checked pair."""
+def _cached_pair(pair):
+    """A checked pair from _checked_pairs: only a tuple of two exact str, as cached, is looked
+    up. A pair of str subclasses equal to a cached one would otherwise pass or fail by the
+    process's history (_check_pair refuses it), and under ``python -b`` bytes compared with
+    str on equal hashes warn."""
     if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str \
             and type(pair[1]) is str:
         return _checked_pairs.get(pair)
     return None
-
-
-_cached_pair = _cached_pair_typed if sys.flags.bytes_warning else _checked_pairs.get
 
 # str header names found to be tokens: apps use a few dozen names, so when a pair's value
 # varies its name costs a set lookup, not a match. Never emptied; at most 512 names.

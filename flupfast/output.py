@@ -116,13 +116,24 @@ def send_buffers(sock, buffers):
             break
 
 
+# What open(path, 'rb') (or 'r+b', or buffering=0) gives: sendfile sends from the descriptor
+# what these would read.
+_SENDFILE_TYPES = (io.BufferedReader, io.BufferedRandom, io.FileIO)
+
+
 def is_regular_file(filelike):
-    """True when ``filelike`` is a binary file on disk that ``socket.sendfile`` can send."""
-    if isinstance(filelike, io.TextIOBase):
+    """True when ``socket.sendfile`` sends what iterating ``filelike`` would: a binary file
+    opened for reading on a regular file with bytes left. It sends from the descriptor, so an
+    object that reads otherwise (a reader limited to a range, a decompressing file, a wrapper
+    passing ``fileno`` through) is iterated, as is a file whose size says nothing (/proc)."""
+    if type(filelike) not in _SENDFILE_TYPES:
         return False
     try:
-        return stat.S_ISREG(os.fstat(filelike.fileno()).st_mode)
-    except (AttributeError, OSError, ValueError):  # no fileno, closed, or not a real file
+        if not filelike.readable():
+            return False
+        st = os.fstat(filelike.fileno())
+        return stat.S_ISREG(st.st_mode) and st.st_size > filelike.tell()
+    except (AttributeError, OSError, ValueError):  # closed, or not a real file
         return False
 
 

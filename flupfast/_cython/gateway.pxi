@@ -11,7 +11,7 @@ from flupfast import gateway as _gateway
 
 cdef dict _gw_checked_statuses = _gateway._checked_statuses
 cdef object _gw_check_status = _gateway._check_status
-cdef object _gw_cached_pair = _gateway._cached_pair
+cdef dict _gw_checked_pairs = _gateway._checked_pairs
 cdef object _gw_check_pair = _gateway._check_pair
 cdef object _gw_to_bytes = _gateway._to_bytes
 cdef object _gw_FileWrapper = _gateway.FileWrapper
@@ -145,10 +145,12 @@ cdef class Response:
             raise AssertionError('Headers must be a list')
         headers = []
         for pair in response_headers:
-            try:
-                checked = _gw_cached_pair(pair)
-            except TypeError:  # a list [name, value]: unhashable, checked every time
-                checked = None
+            # gateway._cached_pair: only a tuple of two exact str is looked up
+            checked = None
+            if type(pair) is tuple and PyTuple_GET_SIZE(pair) == 2 \
+                    and type(<object>PyTuple_GET_ITEM(pair, 0)) is str \
+                    and type(<object>PyTuple_GET_ITEM(pair, 1)) is str:
+                checked = _gw_checked_pairs.get(pair)
             if checked is None:
                 checked = _gw_check_pair(pair)
             headers.append(checked)

@@ -526,6 +526,29 @@ def test_header_types_are_checked_with_flups_messages(headers, message, backend)
     assert str(info.value) == message
 
 
+class _SafeString(str):
+    """A str subclass, as template engines mark safe strings."""
+
+
+@pytest.mark.parametrize('pair', [('X-T', _SafeString('v')), (_SafeString('X-T'), 'v')])
+def test_a_str_subclass_in_a_header_is_checked_whatever_came_before(pair, backend):
+    """The checked pairs remembered are looked up only for a tuple of two exact str: a pair
+    of str subclasses equal to a remembered one is refused as it is the first time (found in
+    review: it passed once the plain pair had been seen)."""
+    def app(environ, start_response):
+        start_response('200 OK', [pair])
+        return []
+
+    def plain(environ, start_response):
+        start_response('200 OK', [('X-T', 'v')])
+        return []
+    with pytest.raises(AssertionError, match='must be bytes'):
+        run(backend, app)
+    run(backend, plain)  # ('X-T', 'v') remembered
+    with pytest.raises(AssertionError, match='must be bytes'):
+        run(backend, app)
+
+
 def test_bytes_and_str_headers_become_latin1_bytes(backend):
     def app(environ, start_response):
         start_response('200 OK', [(b'B', b'v'), ('S', '\xe9'), (b'M', '\xff'), ('N', b'w')])

@@ -5,11 +5,13 @@ CONTENT_LENGTH, sendfile for file_wrapper, PATH_INFO, the 500 page, and every ki
 (a clear log line, the connection closed, the next one served). SCGI only: scriptName rules,
 allowedServers, the header netstring; uwsgi only: test_uwsgi_connection.py.
 """
+import gzip
 import hashlib
 import io
 import logging
 import re
 import socket
+import tempfile
 import threading
 
 import pytest
@@ -327,6 +329,56 @@ def test_file_wrapper_over_a_non_file_iterates(harness, monkeypatch):
         return environ['wsgi.file_wrapper'](io.BytesIO(b'in memory ' * 1000), 100)
     h = harness(app)
     assert h.request('/')[2] == b'in memory ' * 1000
+
+
+class _Window:
+    """A reader of ``length`` bytes of a file from ``start`` (an HTTP Range reader), the rest
+    of the file's attributes (fileno, tell) passed through."""
+
+    def __init__(self, f, start, length):
+        f.seek(start)
+        self._f, self._left = f, length
+
+    def read(self, n=-1):
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._f.read(n)
+        self._left -= len(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def _gzip_of(path, data):
+    with gzip.open(path, 'wb') as f:
+        f.write(data)
+    return lambda: gzip.open(path, 'rb')
+
+
+@pytest.mark.parametrize('case', ['window', 'gzip', 'proc', 'text'])
+def test_file_wrapper_sends_what_reading_gives(harness, tmp_path, case):
+    """sendfile sends the descriptor's bytes; anything that reads otherwise is iterated
+    (found in review: a range reader sent the whole file past its Content-Length, a gzip file
+    its compressed bytes, /proc nothing)."""
+    path = tmp_path / 'f'
+    if case == 'window':
+        path.write_bytes(b'PUBLIC--' + b'PRIVATE-' * 4)
+        opener, expected = (lambda: _Window(open(path, 'rb'), 0, 8)), b'PUBLIC--'
+    elif case == 'gzip':
+        expected = b'plain text\n' * 100
+        opener = _gzip_of(path, expected)
+    elif case == 'proc':
+        opener = lambda: open('/proc/self/cmdline', 'rb')  # noqa: E731 (size 0 on stat)
+        expected = None
+    else:  # a text file behind a wrapper that is no TextIOBase: empty, nothing to send
+        opener, expected = (lambda: tempfile.NamedTemporaryFile('w+')), b''
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return environ['wsgi.file_wrapper'](opener())
+    status, _, body = harness(app).request('/')
+    assert status == b'200 OK'
+    assert body == expected if expected is not None else body
 
 
 @pytest.mark.parametrize('kw, expected', [
