@@ -43,6 +43,7 @@ cdef extern from *:
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t c_read "read" (int fd, void *buf, size_t n)
+    ssize_t c_write "write" (int fd, const void *buf, size_t n)
 
 from libc.errno cimport ECONNABORTED
 
@@ -360,7 +361,7 @@ cdef class Leader:
 
     def lead(self):
         cdef int fd = -1, err = 0, n, i, epfd, listen_fd = self._listen_fd
-        cdef int wake_r = self._wake[0]
+        cdef int wake_r = self._wake[0], wake_w = self._wake[1]
         cdef bint woken = False, listener, shared
         cdef epoll_event events[3]
         cdef char byte = 0
@@ -388,6 +389,13 @@ cdef class Leader:
                         elif events[i].data.fd == listen_fd:
                             listener = True
                     if woken:
+                        if listener and not self.closed and self._exclusive:
+                            # The kernel offered this connection to this set alone (exclusive
+                            # wake-ups): taken here, and the wakeup passed on to the next
+                            # waiter (or the next lead()), or both would wait.
+                            fd = flupfast_accept_cloexec(listen_fd)
+                            if fd >= 0:
+                                c_write(wake_w, &byte, 1)
                         break
                     if not listener or self.closed:
                         continue  # another worker's wakeup, or the stop (the loop ends)

@@ -360,13 +360,18 @@ class ThreadedMode(AcceptLoop):
         if self.parked is not None:
             self.parked.close()
         self._end_idle_jobs()
+        current = threading.current_thread()
         if timeout is None:
+            # Forever, as flup: a connection handed over is served, queued or not.
+            while self.pool.jobs_in_flight(exclude=current):
+                time.sleep(IDLE_POLL)
+                self._end_idle_jobs()
             dropped = self._drop(self.pool.shutdown(None))
             self._keep_parked()
             return dropped
         started = time.monotonic()
-        current = threading.current_thread()
-        while self.pool.busy_threads(exclude=current) and \
+        # A job handed to a free worker that has not woken yet counts: it would be dropped.
+        while self.pool.jobs_in_flight(exclude=current) and \
                 time.monotonic() - started < timeout:
             time.sleep(IDLE_POLL)
             self._end_idle_jobs()

@@ -90,6 +90,12 @@ class ThreadPool:
                 busy -= 1
             return busy
 
+    def jobs_in_flight(self, exclude=None):
+        """Jobs running and jobs handed over that no worker has taken yet (a free worker
+        not yet woken, or every worker busy): what a graceful stop waits for."""
+        with self._cond:
+            return self.busy_threads(exclude) + len(self._queue)
+
     def add_job(self, job, allow_queuing=True, queue_limit=None):
         """Hand ``job`` (anything with ``run()``) to a worker. With ``allow_queuing`` it is
         queued even when every thread is busy (only possible with a finite ``max_threads``),
