@@ -50,9 +50,6 @@ from libc.errno cimport ECONNABORTED
 
 from _socket import socket as _c_socket_base
 from types import FunctionType as _FunctionType
-import socket as _socket_py
-
-cdef object _socket_py_file = _socket_py.__file__  # where socket.py's own __init__ is from
 
 cdef object _c_socket_init = _c_socket_base.__init__
 # What socket.py's socket class holds besides _socket's state: its __init__ sets the last two
@@ -196,7 +193,7 @@ cdef bint _can_build_socket(cls):
     init = (<type>cls).__dict__.get("__init__")
     code = getattr(init, "__code__", None)
     return type(init) is _FunctionType and code is not None \
-        and code.co_filename == _socket_py_file and code.co_name == "__init__"
+        and code.co_filename == _socket_module.__file__ and code.co_name == "__init__"
 
 
 cdef object _new_socket(cls, bint direct, family, type_, proto, int fd):

@@ -104,7 +104,6 @@ cdef extern from "<errno.h>":
     int ECONNRESET
 
 import time as _time
-from operator import index as _operator_index
 
 cdef object _monotonic = _time.monotonic  # also fastcgi_serve.pxi's
 
@@ -173,15 +172,6 @@ cdef struct _Board:
     Py_ssize_t next_look_at
     double sample
     double excess_check
-
-
-cdef Py_ssize_t _served_count(served, Py_ssize_t left) except -1:
-    """child.served_count: a job's run() result as requests served (None, a flup-era run()'s
-    answer: one), at most ``left``."""
-    if served is None:
-        return 1
-    served = _operator_index(served)
-    return left if served >= left else served
 
 
 cdef bint _pool_full(_Board *board) noexcept:
@@ -369,7 +359,8 @@ def serve_child(listen_sock, parent_sock, job_class, job_args, is_client_allowed
                 client.close()
                 served = 1
             if limited:
-                left -= _served_count(served, left)
+                served = policy.served_count(served)  # None (a flup-era run()'s) is one
+                left -= left if served >= left else served
                 if left <= 0:
                     return  # retire; the parent sees EOF and replaces us
             if not _board_report(&cboard, parent_fd, idle, out_epfd):

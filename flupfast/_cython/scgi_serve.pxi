@@ -177,12 +177,16 @@ cdef int _work_out_request(cls) except -1:
 
 # One entry each: a process serves one server class, one connection class, one request class.
 cdef _ClassPlan _conn_plan = _ClassPlan()
+cdef _ClassPlan _server_plan = _ClassPlan()
+cdef _ClassPlan _request_plan = _ClassPlan()
+cdef _ClassPlan _server_reads_plan = _ClassPlan()
 # leader.pxi's accepted socket class, checked again whenever the class changes.
 cdef _ClassPlan _socket_plan = _ClassPlan()
 
 
 cdef int _work_out_socket(cls) except -1:
     return _can_build_socket(cls)
+
 
 # The connection's methods the compiled path runs itself, and their flags.
 cdef tuple _CONN_METHOD_FLAGS = (
@@ -203,9 +207,6 @@ cdef int _conn_flags(conn) except -1:
                 if name in own:
                     flags &= ~<int>flag
     return flags
-cdef _ClassPlan _server_plan = _ClassPlan()
-cdef _ClassPlan _request_plan = _ClassPlan()
-cdef _ClassPlan _server_reads_plan = _ClassPlan()
 
 
 # The server's settings and app, which the request paths (SCGI/uwsgi here, FastCGI's chain)

@@ -19,6 +19,9 @@ cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
 
 import socket as _socket_module
+# sock.recv_into through Python, its answer checked (the pure twin's): the callers copy or
+# parse as many bytes of the buffer in C as it says.
+from flupfast.sockio import recv_into as _checked_recv_into
 from _socket import socket as _c_socket
 
 # Only Python's own socket class takes the short path: a subclass (ssl.SSLSocket) has its
@@ -55,17 +58,6 @@ def recv_into(sock, buf, Py_ssize_t limit=0):
     return _recv_into(sock, buf, limit, False)
 
 
-cdef object _python_recv_into(sock, buf, Py_ssize_t limit):
-    """``sock.recv_into(buf, limit)`` through Python, its answer checked: the callers copy or
-    parse that many bytes of ``buf`` in C, and a socket class of one's own may answer
-    anything (the pure twins slice, which bounds it)."""
-    got = sock.recv_into(buf, limit)
-    if type(got) is not int or not 0 <= got <= (limit or len(buf)):
-        raise ValueError('%s.recv_into() returned %r for a buffer of %d bytes'
-                         % (type(sock).__name__, got, limit or len(buf)))
-    return got
-
-
 cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
     """sock.recv_into(buf, limit). ``expected``: the bytes are likely there already (a new
     connection's request head), so a GIL-held try pays even where no thread contends."""
@@ -75,11 +67,11 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
     cdef bint blocking
     cdef flupfast_socket_state *state = _socket_state_of(sock)
     if limit < 0 or (state == NULL and not (_threads_contend and type(sock) is _SocketClass)):
-        return _python_recv_into(sock, buf, limit)  # a bad limit is Python's own error
+        return _checked_recv_into(sock, buf, limit)  # a bad limit is Python's own error
     try:
         PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     except (BufferError, TypeError):
-        return _python_recv_into(sock, buf, limit)  # not a writable buffer: Python's own error
+        return _checked_recv_into(sock, buf, limit)  # not a writable buffer: Python's own error
     try:
         # The socket's state after the buffer's (whose export may have run Python code).
         if state != NULL:
@@ -91,7 +83,7 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
             fd = sock.fileno()
             blocking = False
         if fd < 0:
-            return _python_recv_into(sock, buf, limit)  # closed: Python's own error
+            return _checked_recv_into(sock, buf, limit)  # closed: Python's own error
         if limit == 0 or limit > view.len:
             if limit > view.len:
                 raise ValueError("buffer too small for requested bytes")
@@ -123,7 +115,7 @@ cdef object _recv_into(sock, buf, Py_ssize_t limit, bint expected):
     finally:
         PyBuffer_Release(&view)
     # A timeout to honour, or a signal handled: Python's own method from here.
-    return _python_recv_into(sock, buf, limit)
+    return _checked_recv_into(sock, buf, limit)
 
 
 def close_socket(sock):

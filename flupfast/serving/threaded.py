@@ -361,22 +361,18 @@ class ThreadedMode(AcceptLoop):
             self.parked.close()
         self._end_idle_jobs()
         current = threading.current_thread()
-        if timeout is None:
-            # Forever, as flup: a connection handed over is served, queued or not.
-            while self.pool.jobs_in_flight(exclude=current):
-                time.sleep(IDLE_POLL)
-                self._end_idle_jobs()
-            dropped = self._drop(self.pool.shutdown(None))
-            self._keep_parked()
-            return dropped
         started = time.monotonic()
         # A job handed to a free worker that has not woken yet counts: it would be dropped.
+        # Without a timeout the wait is forever, as flup's.
         while self.pool.jobs_in_flight(exclude=current) and \
-                time.monotonic() - started < timeout:
+                (timeout is None or time.monotonic() - started < timeout):
             time.sleep(IDLE_POLL)
             self._end_idle_jobs()
-        left = max(0.0, timeout - (time.monotonic() - started))
-        dropped = self._drop(self.pool.shutdown(left, waited=timeout - left))
+        if timeout is None:
+            dropped = self._drop(self.pool.shutdown(None))
+        else:
+            left = max(0.0, timeout - (time.monotonic() - started))
+            dropped = self._drop(self.pool.shutdown(left, waited=timeout - left))
         self._keep_parked()
         return dropped
 
