@@ -167,7 +167,9 @@ DIFFERENCES = [
     Difference(
         'scgi-file-wrapper', 'scgi_base.py:396-409',
         'offers no wsgi.file_wrapper',
-        'offers wsgi.file_wrapper; over SCGI a regular file is sent with os.sendfile',
+        'offers wsgi.file_wrapper; over SCGI and uwsgi a file as open(path, "rb") gives it, '
+        'on a regular file, is sent from its position with os.sendfile (anything else is '
+        'iterated)',
         'PEP 3333 optional extension; large static files without passing through Python'),
     Difference(
         'ajp-500-status', 'ajp_base.py:971-990',
