@@ -43,6 +43,17 @@ SERVER = textwrap.dedent("""
     import flupfast.serving.prefork.arbiter as prefork
     for name, value in options.pop("constants", {}).items():
         setattr(prefork, name, value)  # shorten the shutdown grace for the escalation test
+    if options.pop("board_misses_busy", False):
+        # The race of a child that accepts after the parent's last look at the board: here
+        # the shutdown's look sees every child idle.
+        retire_all_children = prefork.PreforkMode.retire_all_children
+
+        def retire_with_a_stale_board(self):
+            self._read_board = lambda: None
+            for child in self.children.values():
+                child.state = prefork.IDLE
+            retire_all_children(self)
+        prefork.PreforkMode.retire_all_children = retire_with_a_stale_board
     from flupfast.serving.listen import bind_listen_socket
 
     from flupfast.serving.job import Job
@@ -58,7 +69,14 @@ SERVER = textwrap.dedent("""
         def run(self):
             served = 0
             with self.sock, self.sock.makefile("rwb") as stream:
-                for line in stream:
+                while True:
+                    # Between requests the connection is idle: the prefork drain ends the
+                    # wait by shutting the socket's read side (the job contract).
+                    self.idle = served > 0
+                    line = stream.readline()
+                    self.idle = False
+                    if not line:
+                        break
                     words = line.split()
                     if words[0] == b"ignore-int":
                         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -395,6 +413,25 @@ def test_prefork_shutdown_interrupts_busy_child(start):
     assert_clean_stop(result, False)
     assert "sending SIGTERM" not in server.stderr()
     assert reply == [[]]
+
+
+def test_prefork_shutdown_drains_a_connection_the_board_shows_idle(start):
+    """A child that accepts between the parent's last look at the board and its shutdown is
+    drained too: its kept connection's idle wait ends at once, not after FORK_DRAIN_GRACE
+    (found in review). The board is made to miss every busy child, as the race does one."""
+    server = start("prefork", maxSpare=1, board_misses_busy=True)
+    with socket.socket(socket.AF_UNIX) as client:
+        client.settimeout(WAIT)
+        client.connect(server.path)
+        stream = client.makefile("rwb")
+        stream.write(b"0\n")
+        stream.flush()
+        assert stream.readline(), server.stderr()  # served; the connection now idles
+        elapsed, result = server.stop(signal.SIGTERM)
+        assert stream.readline() == b""  # ended by the server
+    assert elapsed < STOP_BOUND, server.stderr()  # FORK_DRAIN_GRACE is 5 s
+    assert_clean_stop(result, False)
+    assert "SIGINT" not in server.stderr()
 
 
 def test_prefork_shutdown_drains_a_flup_style_child_loop(start):

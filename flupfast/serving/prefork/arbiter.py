@@ -36,6 +36,25 @@ __all__ = ["ChildRecord", "PreforkMode"]
 logger = logging.getLogger("flupfast")
 
 
+def _hold_drain_signal():
+    """Block DRAIN_SIGNAL in this thread for a fork: the child starts with it blocked and
+    sets its disposition (_become_child) before it takes it, so a drain sent to a child just
+    born does not end it by the signal's default action. Returns the function that lets it
+    through again in the parent."""
+    if DRAIN_SIGNAL is None or DRAIN_SIGNAL in signal.pthread_sigmask(
+            signal.SIG_BLOCK, (DRAIN_SIGNAL,)):
+        return _nothing
+    return _release_drain_signal
+
+
+def _release_drain_signal():
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (DRAIN_SIGNAL,))
+
+
+def _nothing():
+    pass
+
+
 class ChildRecord:
     """The parent's view of one child: its end of the status socketpair and its state."""
     __slots__ = ("pid", "sock", "state", "slot")
@@ -349,9 +368,11 @@ class PreforkMode(JobSource, LoopControl):
         # The parent's objects go to the GC's permanent generation first: a collection in the
         # child would otherwise write to every inherited object's header and unshare its page.
         gc.freeze()
+        release_drain_signal = _hold_drain_signal()
         try:
             pid = os.fork()
         except OSError as exc:
+            release_drain_signal()
             parent_end.close()
             child_end.close()
             if exc.errno in (errno.EAGAIN, errno.ENOMEM):
@@ -359,6 +380,7 @@ class PreforkMode(JobSource, LoopControl):
                 return False
             raise
         if pid:
+            release_drain_signal()
             child_end.close()
             child = self.children[pid] = ChildRecord(pid, parent_end, slot=slot)
             if self._selector is not None:
@@ -402,8 +424,10 @@ class PreforkMode(JobSource, LoopControl):
         if DRAIN_SIGNAL is not None:
             # Until a child loop sets its handler (the stock _child does; a flup-style override
             # does not), the drain word is nothing to die of: its default action ends the
-            # process at once, a busy request with it.
+            # process at once, a busy request with it. It was blocked across the fork, so
+            # one sent before this line is dropped here, not fatal.
             signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, (DRAIN_SIGNAL,))
         self.signals.close()
         for child in self.children.values():
             if child.sock is not None:
@@ -445,13 +469,15 @@ class PreforkMode(JobSource, LoopControl):
         """Close every child's socket: idle children exit at once, busy ones once their job
         ends (DRAIN_SIGNAL ends a persistent connection's idle wait). Those still running
         after FORK_DRAIN_GRACE get SIGINT, SIGTERM after FORK_INTERRUPT_GRACE more, SIGKILL after
-        FORK_TERM_GRACE more. Returns when every child is reaped (or FORK_KILL_WAIT after SIGKILL)."""
-        self._read_board()
-        busy = [pid for pid, child in self.children.items() if child.state == BUSY]
+        FORK_TERM_GRACE more. Returns when every child is reaped (or FORK_KILL_WAIT after SIGKILL).
+
+        Every child gets DRAIN_SIGNAL, not only those the board shows busy: one may accept
+        between the board's read and its socket's close, and an idle one only wakes to find
+        its parent gone."""
         for child in list(self.children.values()):
             self._release(child)
         if DRAIN_SIGNAL is not None:
-            self._signal_children(DRAIN_SIGNAL, busy)
+            self._signal_children(DRAIN_SIGNAL, list(self.children))
         stages = [(FORK_DRAIN_GRACE, signal.SIGINT), (FORK_INTERRUPT_GRACE, signal.SIGTERM),
                   (FORK_TERM_GRACE, signal.SIGKILL), (FORK_KILL_WAIT, None)]
         deadline = time.monotonic()
