@@ -8,6 +8,7 @@ opened again; no signal is needed, so SIGUSR1 keeps flup's meaning (replace the 
 The format is compiled once: a request computes only the fields the format names.
 """
 import atexit
+import logging
 import os
 import re
 import select
@@ -35,6 +36,8 @@ BUFFER_SIZE = 32768
 # process's write inside it (pipe(7)); bigger batches go to such a target in pieces of whole
 # lines up to that size.
 PIPE_BUF = getattr(select, 'PIPE_BUF', 4096)
+
+logger = logging.getLogger('flupfast')
 
 _FIELD = re.compile(r'%\(([^)]*)\)s')
 _MONTHS = ('Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec')
@@ -105,6 +108,31 @@ def _clf_time(now):
     return _clf_cache[2]
 
 
+# A field's value may carry what a client sent (a URI, a header, the user nginx decodes from
+# any Authorization header): written raw, a newline forges a line and a '"' ends a quoted
+# field early. Escaped as nginx's log does (escape=default): '"', '\\' and every character
+# outside printable ASCII as \xHH (of its UTF-8 bytes past U+00FF), so a line of this log
+# reads as the front's own line of the same request.
+_needs_escape = re.compile(r'[^ !#-\[\]-~]').search
+
+
+def _escaped(value):
+    out = []
+    for char in value:
+        code = ord(char)
+        if 0x20 <= code < 0x7f and char not in '"\\':
+            out.append(char)
+        elif code < 0x100:
+            out.append('\\x%02X' % code)
+        else:
+            out.extend('\\x%02X' % byte for byte in char.encode('utf-8', 'surrogatepass'))
+    return ''.join(out)
+
+
+# The atoms whose values are the server's own (numbers, the clock, the status): written as
+# they are. Every other field is escaped.
+_PLAIN_ATOMS = frozenset('ltsBbTMDLp')
+
 # gunicorn's atoms (docs "access_log_format"), each one or more Python expressions (joined in
 # the template by the text between them) over e (environ), r (the gateway's Response), f (the
 # app failed) and s (start, wall clock); d is the duration in seconds. A str is a constant,
@@ -134,6 +162,7 @@ ATOMS = {
 }
 
 _NAMESPACE = {'_clf': _clf_cache, '_clf_time': _clf_time, '_request_uri': _request_uri,
+              '_needs_escape': _needs_escape, '_escaped': _escaped,
               '_request_path': _request_path, '_status': _status, '_status_text': _status_text,
               '_response_header': _response_header, '_getpid': os.getpid, '_time': time.time}
 
@@ -144,10 +173,12 @@ def compile_format(fmt):
     request header, a response header and an environ variable (their names go in as string
     literals). The duration is taken only if the format shows it."""
     exprs = []
+    escaped = []  # per expression: whether its value is escaped
 
     def field(match):
         name = match.group(1)
         special = re.fullmatch(r'\{([^}]*)\}([ioe])', name)
+        escape = name not in _PLAIN_ATOMS
         if special:
             header, kind = special.groups()
             if kind == 'i':
@@ -166,6 +197,7 @@ def compile_format(fmt):
                 out.append(piece)  # the text between two expressions
             else:
                 exprs.append(piece)
+                escaped.append(escape)
                 out.append('\1')
         return ''.join(out)
     # An f-string over locals: no argument tuple, no format parsing per request. Fields
@@ -178,6 +210,8 @@ def compile_format(fmt):
         source += '    d = _time() - s\n'  # the duration, only where the format shows it
     for i, expr in enumerate(exprs):
         source += '    v%d = %s\n' % (i, expr)
+        if escaped[i]:  # one C call when there is nothing to escape
+            source += '    if _needs_escape(v%d):\n        v%d = _escaped(v%d)\n' % (i, i, i)
     source += "    return f%r.encode('latin-1', 'backslashreplace')\n" % (template + '\n')
     namespace = dict(_NAMESPACE)
     exec(source, namespace)  # the expressions are ATOMS' and repr()'d literals
@@ -203,6 +237,7 @@ class AccessLog:
         self.format_line = compile_format(fmt)
         self.flush_delay = FLUSH_DELAY if flush_delay is None else flush_delay
         self.buffer_size = BUFFER_SIZE if buffer_size is None else buffer_size
+        self._reopen_failed = False  # the last look at the target could not open it
         self._fd = 2 if target == '-' else self._open()
         self._whole = self._takes_whole_batches()
         # When to look for a rotated file next (never for stderr).
@@ -305,17 +340,37 @@ class AccessLog:
             pass  # a full disk or a closed stderr must not fail requests; these lines are lost
 
     def _reopen_if_rotated(self):
+        """Open the target anew if it is no longer the file written to. A file that cannot
+        be opened (its directory gone, a read-only file system) leaves the lines going to the
+        old one, a warning logged once, and is tried again at the next check: a request never
+        fails for its log line."""
         try:
             on_disk = os.stat(self.target)
             current = os.fstat(self._fd)
             if (on_disk.st_ino, on_disk.st_dev) == (current.st_ino, current.st_dev):
+                self._reopen_failed = False
                 return
         except FileNotFoundError:
             pass  # removed: open it anew
+        except OSError as exc:
+            self._warn_reopen_failed(exc)
+            return
         with self._write_lock:
             self._flush_locked()  # the lines before the rotation go to the rotated file
-            old, self._fd = self._fd, self._open()
+            try:
+                fd = self._open()
+            except OSError as exc:
+                self._warn_reopen_failed(exc)
+                return
+            old, self._fd = self._fd, fd
+            self._reopen_failed = False
             os.close(old)
+
+    def _warn_reopen_failed(self, exc):
+        if not self._reopen_failed:
+            self._reopen_failed = True
+            logger.warning("access log: cannot open %s again after its rotation (%s); "
+                           "writing to the old file until it can", self.target, exc)
 
     def close(self):
         """Write the kept lines and close the file (later lines go to stderr)."""

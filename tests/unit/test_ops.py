@@ -113,6 +113,45 @@ def test_a_rotated_log_is_opened_anew(tmp_path, monkeypatch, backend):
     assert path.read_text() == '201\n'
 
 
+def test_client_values_are_escaped_as_nginx_logs_them():
+    """A newline (here in the user nginx decodes from any Authorization header) would forge
+    a line, a '"' end a quoted field early (found in review): escaped as nginx's log does."""
+    line = compile_format(ops.DEFAULT_FORMAT)(
+        dict(ENVIRON, REMOTE_USER='x\n1.2.3.4 - admin', REQUEST_URI='/caf\xc3\xa9\\"',
+             HTTP_USER_AGENT='Mozilla" 404 0 "http://evil/', HTTP_REFERER='\x1b[31m\u20ac'),
+        type('R', (), {'status': None, 'sent': None}), False, 0.0)
+    assert line.count(b'\n') == 1
+    assert line.startswith(b'10.0.0.7 - x\\x0A1.2.3.4 - admin [')
+    assert line.endswith(b'] "POST /caf\\xC3\\xA9\\x5C\\x22 HTTP/1.1" - - '
+                         b'"\\x1B[31m\\xE2\\x82\\xAC" "Mozilla\\x22 404 0 \\x22http://evil/"\n')
+    every = compile_format('%(m)s %(U)s %(q)s %(H)s %({x-id}i)s %({x-out}o)s %({X}e)s')
+    assert every({'REQUEST_METHOD': 'G\tT', 'REQUEST_URI': '/\r?q=\x7f', 'QUERY_STRING': '\x00',
+                  'SERVER_PROTOCOL': 'H"', 'HTTP_X_ID': '\n', 'X': 'a b'},
+                 type('R', (), {'headers': [(b'X-Out', b'\xff')]}), False, 0.0) == (
+        b'G\\x09T /\\x0D \\x00 H\\x22 \\x0A \\xFF a b\n')
+
+
+def test_a_log_that_cannot_be_opened_again_keeps_the_old_file(tmp_path, monkeypatch, caplog,
+                                                               backend):
+    """Its directory gone (or a read-only file system): the request is answered, the line
+    goes to the old file, one warning, and the next check opens the file once it can (found
+    in review: the OSError failed the request, its response cut off)."""
+    monkeypatch.setattr('flupfast.ops.access_log.REOPEN_CHECK_INTERVAL', 0)
+    folder = tmp_path / 'logs'
+    folder.mkdir()
+    log = AccessLog(str(folder / 'a.log'), '%(s)s')
+    os.rename(folder, tmp_path / 'rotated')
+    for _ in range(2):
+        run(backend, hello, log)  # answered: no error
+    log.flush()
+    assert (tmp_path / 'rotated' / 'a.log').read_text() == '201\n' * 2
+    assert caplog.text.count('cannot open') == 1
+    folder.mkdir()
+    run(backend, hello, log)
+    log.close()
+    assert (folder / 'a.log').read_text() == '201\n'
+
+
 def test_no_observer_no_cost(backend):
     calls = []
 
