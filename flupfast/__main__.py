@@ -18,6 +18,7 @@ import html
 import importlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -460,9 +461,14 @@ def app_load_problem(spec):
     run), else the one-line reason, as the command line would print it."""
     if not spec:
         return None
-    proc = subprocess.run([sys.executable, '-c', 'import sys; from flupfast.__main__ import '
-                           'check_app; sys.exit(check_app(sys.argv[1]))', spec],
-                          capture_output=True, text=True, timeout=RELOAD_CHECK_TIMEOUT)
+    try:
+        proc = subprocess.run([sys.executable, '-c', 'import sys; from flupfast.__main__ import '
+                               'check_app; sys.exit(check_app(sys.argv[1]))', spec],
+                              capture_output=True, text=True, timeout=RELOAD_CHECK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return 'importing it took more than %g s' % RELOAD_CHECK_TIMEOUT
+    except OSError as exc:
+        return 'cannot run %s to check it: %s' % (sys.executable, exc.strerror or exc)
     if proc.returncode == 0:
         return None
     lines = proc.stderr.strip().splitlines()
@@ -497,6 +503,7 @@ def _main(argv):
     check_usage(args)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format='%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s')
+    reload_requests.mark()  # a SIGHUP from here on may have come after the code was read
     app = load_app(args.app) if args.app else demo_app
     try:
         app = ops.install(app, ping_path=args.ping_path, ping_response=args.ping_response,
@@ -511,12 +518,17 @@ def _main(argv):
     listening = ListeningSocket(server, '%s over %s (%s mode, %s backend)' % (
         args.app or 'the demo app', PROTOCOLS[args.protocol], args.mode, flupfast.BACKEND))
     log = logging.getLogger('flupfast')
-    while server.run():
+    while run_watched(server, reload_requests):
         # SIGHUP: the requests in flight have ended; start afresh with the same command line
         # and the same socket (flup leaves reloading to the caller). New code that does not
         # load is refused, and the code already loaded serves on, from a new server object
         # (a stopped one does not run again) on the same socket. A SIGHUP outside run() is
-        # recorded, not fatal (ReloadRequests).
+        # recorded, not fatal (ReloadRequests). A stop signal that came during the reload's
+        # drain (systemctl reload, then stop) ends it here: flup's run() says True whenever
+        # a SIGHUP came.
+        if reload_requests.stop_seen:
+            log.info('stopping: a stop signal came during the reload')
+            break
         reload_requests.mark()
         problem = app_load_problem(args.app)
         while problem is not None and reload_requests.take():
@@ -538,6 +550,25 @@ def _main(argv):
     systemd.notify('STOPPING=1')
     listening.close()
     return 0
+
+
+def run_watched(server, reload_requests):
+    """``server.run()`` with the command line's two questions answered through flup's
+    hooks: whether a stop signal came while it ran (``reload_requests.stop_seen``), and a
+    SIGHUP recorded before it installed its handlers (during start-up, or while a refused
+    reload was checked), which is taken as if it came now."""
+    int_handler, install = server._intHandler, server._installSignalHandlers
+
+    def on_stop(signum, frame):
+        reload_requests.stop_seen = True
+        int_handler(signum, frame)
+
+    def install_and_catch_up():
+        install()
+        if reload_requests.take():
+            server._hupHandler(signal.SIGHUP, None)
+    server._intHandler, server._installSignalHandlers = on_stop, install_and_catch_up
+    return server.run()
 
 
 def build_server(args, app):

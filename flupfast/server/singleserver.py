@@ -66,6 +66,9 @@ class _ModeFacade(object):
     # for its running jobs). flup's AJP front ends skip it, because kept AJP connections would
     # block it forever; ours waits a bounded time for running requests, then leaves idle ones.
     _shutdownAfterRun = False
+    # During a protocol server's run(): its handlers are restored after the drain, not when
+    # the mode's loop ends (_runServer).
+    _handlersKeptForDrain = False
 
     # The status page's board (flupfast.ops.workers), when ``statusPath`` was given.
     _statusBoard = None
@@ -104,11 +107,20 @@ class _ModeFacade(object):
         settings as one object built here (``_connectionConfig``), after the job arguments."""
         config = self._connectionConfig()
         self._jobArgs = self._frontJobArgs + (() if config is None else (config,))
+        # The drain of the requests in flight (thread mode's shutdown, bounded) runs under
+        # run()'s handlers still: a stop signal during it (SIGTERM after a SIGHUP's reload
+        # began) must not end the process by its default action midway through a request.
+        self._handlersKeptForDrain = self._shutdownAfterRun
         try:
             return self._run_front(mode_server.run)
         finally:
-            if self._shutdownAfterRun:
-                self.shutdown()
+            try:
+                if self._shutdownAfterRun:
+                    self.shutdown()
+            finally:
+                if self._handlersKeptForDrain:
+                    self._handlersKeptForDrain = False
+                    self._restoreSignalHandlers()
 
     # -- hooks ---------------------------------------------------------------------------------
 
@@ -126,7 +138,8 @@ class _ModeFacade(object):
         try:
             return mode.serve(*args)
         finally:
-            self._restoreSignalHandlers()
+            if not self._handlersKeptForDrain:
+                self._restoreSignalHandlers()
 
     def _isClientAllowed(self, addr):
         """Override to provide access control."""

@@ -160,13 +160,17 @@ class ReloadRequests:
 
     ``watch`` installs a handler that only records the signal; ``reload_image`` blocks SIGHUP
     across ``execve`` (the mask is inherited, a signal sent meanwhile stays pending) and the new
-    image's ``watch`` unblocks it. A SIGHUP while a reload is under way is folded into it (the
-    new image loads the code after it), as is one during start-up; one that arrives while a
-    refused reload's code is checked (after ``mark``) makes the check look again (``take``).
+    image's ``watch`` unblocks it. A SIGHUP while a reload is under way, up to the new image's
+    ``mark`` (before it loads the app), is folded into it: the new image loads the code after
+    it. One that comes later, while the app loads, is taken when the server runs (a reload
+    then); one that arrives while a refused reload's code is checked (after ``mark``) makes the
+    check look again (``take``). ``stop_seen``: a stop signal came while a server ran, so its
+    reload (flup's run() says True whenever a SIGHUP came) is a stop.
     """
 
     def __init__(self):
         self._received = False
+        self.stop_seen = False  # a stop signal came while a server ran (set by its caller)
 
     def _on_hup(self, signum, frame):
         self._received = True

@@ -134,3 +134,55 @@ def test_max_memory_replaces_a_child_after_its_request(tmp_path):
         assert 'resident memory over the limit of 40 MB' in backend.output.read_text()
     finally:
         backend.stop()
+
+
+GENERATIONS_SCRIPT = '''
+import gc
+import sys
+import weakref
+from flupfast.server.fcgi_fork import WSGIServer
+
+
+class App:
+    """A generation of the app: a reference cycle, as any real app's object graph holds."""
+
+    def __init__(self):
+        self.me = self
+
+    def __call__(self, environ, start_response):
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        return [b'served']
+
+
+server = WSGIServer(App(), bindAddress=sys.argv[1], maxSpare=1)
+old = []
+while server.run():
+    old.append(weakref.ref(server.application))
+    server.application = App()  # the app "reloaded"
+    gc.collect()
+    print('reloaded; old generations alive:', sum(ref() is not None for ref in old),
+          flush=True)
+'''
+
+
+def test_fork_mode_frees_the_generations_a_reload_loop_replaces(tmp_path):
+    """The parent freezes its objects for each fork (a child's collection would otherwise
+    unshare their pages) and thaws them afterwards: frozen for good, each app generation
+    replaced by flup's reload loop stayed in memory (found in review)."""
+    script = tmp_path / 'serve.py'
+    script.write_text(GENERATIONS_SCRIPT)
+    address = str(tmp_path / 'app.sock')
+    backend = ManagedProcess('backend', [sys.executable, str(script), address],
+                             env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(tmp_path),
+                             log_dir=tmp_path)
+    try:
+        wait_until_connectable(address, backend)
+        for reload_ in range(1, 3):
+            assert roundtrip(address, '/').body == b'served'
+            os.kill(backend.pid, signal.SIGHUP)
+            wait_until(lambda: backend.output.read_text().count('reloaded') >= reload_, WAIT,
+                       what=lambda: 'reload %d\n%s' % (reload_, backend.describe()))
+        assert 'old generations alive: 0' in backend.output.read_text().splitlines()[-1], \
+            backend.describe()
+    finally:
+        backend.stop()

@@ -284,3 +284,109 @@ def test_a_sighup_while_a_reload_is_under_way_is_never_fatal(tmp_path):
         assert body() == b'v2' and backend.alive(), backend.describe()
     finally:
         backend.stop()
+
+
+def fcgi_body(sock, env, path='/'):
+    proc = subprocess.run([sys.executable, '-m', 'flupfast.client', 'fcgi', sock, path],
+                          env=env, capture_output=True, timeout=30)
+    return proc.stdout.rpartition(b'\r\n\r\n')[2]
+
+
+@pytest.mark.parametrize('mode', ['thread', 'fork'])
+def test_a_stop_during_a_reload_answers_the_request_in_flight_then_stops(tmp_path, mode):
+    """systemctl reload, then stop: SIGHUP while a request runs, SIGTERM while the reload
+    waits for it. The request is answered and the process exits 0 (found in review: fork
+    mode reloaded and served on, flup's run() saying True whenever a SIGHUP came; thread
+    mode died by SIGTERM's default action in the middle of the request)."""
+    sock = str(tmp_path / 'app.sock')
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    backend = ManagedProcess('backend', [sys.executable, '-m', 'flupfast', 'tests.apps.probe:app',
+                                         '--bind', 'unix:' + sock, '--mode', mode],
+                             env=env, cwd=str(REPO), log_dir=tmp_path)
+    answer = []
+    try:
+        wait_until_connectable(sock, backend)
+        client = threading.Thread(target=lambda: answer.append(
+            fcgi_body(sock, env, '/sleep?ms=2000')))
+        client.start()
+        time.sleep(0.7)  # the request runs
+        os.kill(backend.pid, signal.SIGHUP)
+        time.sleep(0.3)
+        os.kill(backend.pid, signal.SIGTERM)
+        client.join(30)
+        assert answer == [b'slept 2000\n'], backend.describe()
+        wait_until(lambda: not backend.alive(), 15,
+                   what=lambda: 'the server to stop\n' + backend.describe())
+        assert backend.status() == 'exited 0', backend.describe()
+        assert 'a stop signal came during the reload' in backend.output.read_text()
+    finally:
+        backend.stop()
+
+
+HANGING_APP = '''
+import os
+import time
+
+if os.path.exists(%(marker)r):
+    time.sleep(60)  # the new code's import hangs (a database that does not answer)
+
+
+def app(environ, start_response):
+    start_response("200 OK", [])
+    return [b"v1"]
+'''
+
+
+def test_a_reload_whose_check_runs_out_of_time_is_refused(tmp_path):
+    """The new code's import hangs past the check's bound: the reload is refused with one
+    line and the old code serves on (found in review: the TimeoutExpired ended the server)."""
+    marker = tmp_path / 'hang'
+    (tmp_path / 'hanging.py').write_text(HANGING_APP % {'marker': str(marker)})
+    sock = str(tmp_path / 'app.sock')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]))
+    command = ('import sys, flupfast.__main__ as cli; cli.RELOAD_CHECK_TIMEOUT = 2; '
+               'sys.exit(cli.main())')
+    backend = ManagedProcess('backend', [sys.executable, '-c', command, 'hanging:app',
+                                         '--bind', 'unix:' + sock],
+                             env=env, cwd=str(tmp_path), log_dir=tmp_path)
+    try:
+        wait_until_connectable(sock, backend)
+        pid_before = backend.pid
+        marker.touch()
+        os.kill(backend.pid, signal.SIGHUP)
+        wait_logged(backend, 'reload refused, serving on with the code already loaded: '
+                    'importing it took more than 2 s', 1, timeout=30)
+        assert fcgi_body(sock, env) == b'v1'
+        assert backend.alive() and backend.pid == pid_before, backend.describe()
+    finally:
+        backend.stop()
+
+
+def test_a_sighup_while_the_app_loads_reloads_once_it_serves(tmp_path):
+    """A deploy changes the code and sends SIGHUP while the process still imports the old
+    code (its first start here): it reloads as soon as its server runs (found in review: the
+    signal was recorded, then forgotten, and the old code served on)."""
+    app_dir = tmp_path / 'app'
+    app_dir.mkdir()
+    module = app_dir / 'gated.py'
+    module.write_text(GATED_APP % {'dir': str(tmp_path), 'body': b'v1'})
+    (tmp_path / 'hold-start').touch()
+    sock = str(tmp_path / 'app.sock')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(app_dir)]))
+    backend = ManagedProcess('backend', [sys.executable, '-m', 'flupfast', 'gated:app',
+                                         '--bind', 'unix:' + sock], env=env, cwd=str(app_dir),
+                             log_dir=tmp_path)
+    try:
+        waiting = tmp_path / 'waiting-start'
+        wait_until(lambda: waiting.exists(), 30, what=lambda: backend.describe())
+        module.write_text(GATED_APP % {'dir': str(tmp_path), 'body': b'v2'})
+        shutil.rmtree(app_dir / '__pycache__', ignore_errors=True)
+        os.kill(backend.pid, signal.SIGHUP)
+        time.sleep(0.2)
+        (tmp_path / 'hold-start').unlink()
+        wait_until_connectable(sock, backend)
+        wait_until(lambda: fcgi_body(sock, env) == b'v2', 30, interval=0.2,
+                   what=lambda: 'the new code\n' + backend.describe())
+        assert backend.alive(), backend.describe()
+    finally:
+        backend.stop()

@@ -42,6 +42,9 @@ def test_the_documented_unit_pair_under_socket_activation(tmp_path):
     socket_unit, service = unit('myapp.socket'), unit('myapp.service')
     assert service['Type'] == 'notify' and service['KillSignal'] == 'SIGTERM'
     assert service['ExecReload'] == '/bin/kill -HUP $MAINPID'
+    # The stop's signal to the main process alone, which drains the fork children: with the
+    # default control-group, each child got SIGTERM too and died in its request.
+    assert service['KillMode'] == 'mixed'
     listen = str(tmp_path / os.path.basename(socket_unit['ListenStream']))
     argv = shlex.split(service['ExecStart'])
     assert argv[0].endswith('/python') and argv[1:3] == ['-m', 'flupfast'], argv

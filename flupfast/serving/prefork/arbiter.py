@@ -373,6 +373,7 @@ class PreforkMode(JobSource, LoopControl):
             pid = os.fork()
         except OSError as exc:
             release_drain_signal()
+            gc.unfreeze()
             parent_end.close()
             child_end.close()
             if exc.errno in (errno.EAGAIN, errno.ENOMEM):
@@ -381,6 +382,9 @@ class PreforkMode(JobSource, LoopControl):
             raise
         if pid:
             release_drain_signal()
+            # The parent's objects are collectable again (the child keeps its frozen copy):
+            # frozen for good, an app a library reload loop replaces was never freed.
+            gc.unfreeze()
             child_end.close()
             child = self.children[pid] = ChildRecord(pid, parent_end, slot=slot)
             if self._selector is not None:
