@@ -183,6 +183,15 @@ DIFFERENCES = [
         'pulls a chunked body with GET_BODY_CHUNK until the empty chunk',
         'mod_proxy_ajp sends chunked uploads only when asked'),
     Difference(
+        'ajp-header-name-dropped', 'ajp_base.py:525',
+        'maps every request header name a front passes as a string into environ, so a '
+        'client\'s "Content_Length: 5" becomes CONTENT_LENGTH and sets the body\'s length '
+        '(a GET then waits for a body the front never sends)',
+        'drops a header whose name holds anything but letters, digits and "-", as httpd '
+        'drops it from its own CGI variables; the body\'s framing comes from the real '
+        'Content-Length and Transfer-Encoding alone',
+        'a client must not choose the framing, nor pass "X_Forwarded-For" as X-Forwarded-For'),
+    Difference(
         'ajp-secret-stored-method', 'ajp_base.py:706-729',
         'closes the connection on attribute 0x0C (secret, sent by mod_proxy_ajp secret=) and '
         'on method 0xFF with attribute 0x0D (stored method: PATCH and other verbs)',

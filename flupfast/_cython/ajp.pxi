@@ -233,11 +233,16 @@ cdef inline str _ajp_fixed(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t e
 
 cdef str _ajp_header_key(const unsigned char *name, Py_ssize_t n):
     """flup's Request.addHeader naming (ajp_base.py:525): '-' -> '_', ASCII upper case, and
-    HTTP_ before all but Content-Type and Content-Length (as the pure twin's _header_key)."""
+    HTTP_ before all but Content-Type and Content-Length (as the pure twin's _header_key);
+    None for a name with anything but letters, digits and '-' (dropped, as there)."""
     cdef unsigned char small[5 + _AJP_SMALL_NAME]
     cdef unsigned char *buf = small
     cdef unsigned char c
     cdef Py_ssize_t i
+    for i in range(n):
+        c = name[i]
+        if not (c == b'-' or b'0' <= c <= b'9' or b'A' <= c <= b'Z' or b'a' <= c <= b'z'):
+            return None
     if n > _AJP_SMALL_NAME:
         buf = <unsigned char *>PyMem_Malloc(n + 5)
         if buf == NULL:

@@ -19,6 +19,7 @@ the bytes, a NUL that the length does not count; length 0xFFFF is a null string 
 and no NUL). Body packets from the web server carry no type byte (integer length + data).
 """
 import operator
+import re
 import struct
 
 from flupfast.limits import AJP_MAX_PACKET
@@ -165,9 +166,18 @@ METHOD_NAMES = (None,) + tuple(
     for m in methodTable[1:])
 
 
+# A header name a front passes as a string may hold what the client wrote. One with anything
+# but letters, digits and '-' is dropped, as httpd drops it from its own CGI variables
+# (known_differences 'ajp-header-name-dropped'): 'Content_Length' would otherwise become
+# CONTENT_LENGTH and set the body's framing, and 'X_Forwarded-For' pass as X-Forwarded-For.
+_plain_header_name = re.compile(rb'[A-Za-z0-9-]*\Z').match
+
+
 def _header_key(name):
     """flup's Request.addHeader naming (ajp_base.py:525): '-' -> '_', ASCII upper case, and
-    HTTP_ before all but Content-Type and Content-Length."""
+    HTTP_ before all but Content-Type and Content-Length; None for a name that is dropped."""
+    if _plain_header_name(name) is None:
+        return None
     name = name.replace(b'-', b'_').upper()
     if name not in (b'CONTENT_TYPE', b'CONTENT_LENGTH'):
         name = b'HTTP_' + name

@@ -240,13 +240,13 @@ def test_unknown_request_header_code(backend, code):
 def test_string_headers(backend):
     env = environ_of(backend, headers=[
         ('X-Forwarded-For', '10.0.0.1'), ('x-mixed-Case', 'a'), (('content-type',), 'text/x'),
-        (('Content-Length',), '7'), (b'X-Raw\xe9', '\xff'), ('Dnt', ''),
+        (('Content-Length',), '7'), (b'X-Raw', '\xff'), ('Dnt', ''),
         ('A' * 300, 'long name'), ('Transfer-Encoding', 'gzip')])
     assert env['HTTP_X_FORWARDED_FOR'] == '10.0.0.1'
     assert env['HTTP_X_MIXED_CASE'] == 'a'
     # Content-Type/-Length sent as strings map as the coded ones do (flup's addHeader).
     assert env['CONTENT_TYPE'] == 'text/x' and env['CONTENT_LENGTH'] == '7'
-    assert env['HTTP_X_RAW\xe9'] == '\xff'  # ASCII-only upper case, latin-1 decoded
+    assert env['HTTP_X_RAW'] == '\xff'  # latin-1 decoded
     assert env['HTTP_DNT'] == ''
     assert env['HTTP_' + 'A' * 300] == 'long name'
     assert env['HTTP_TRANSFER_ENCODING'] == 'gzip'
@@ -254,7 +254,7 @@ def test_string_headers(backend):
 
 def test_header_names_as_flup_makes_them(backend):
     # flup: name.replace(b'-', b'_').upper(), then HTTP_ unless CONTENT_TYPE/CONTENT_LENGTH.
-    names = [b'X-Foo', b'accept-language', b'x_y-z', b'\xe9t\xe9', b'Content-type', b'-']
+    names = [b'X-Foo', b'accept-language', b'x-Y-z9', b'Content-type', b'-']
     env = environ_of(backend, headers=[((n,), 'v') for n in names])
     for name in names:
         request = types.SimpleNamespace(environ={}, input=types.SimpleNamespace(
@@ -262,6 +262,20 @@ def test_header_names_as_flup_makes_them(backend):
         flup_ajp.Request.addHeader(request, name, b'v')
         (key,) = request.environ
         assert env[key] == 'v'
+
+
+@pytest.mark.parametrize('name', [b'Content_Length', b'content_length', b'Transfer_Encoding',
+                                  b'X_Forwarded-For', b'\xe9t\xe9', b'X Y', b'X:Y', b'X.Y'])
+def test_a_header_name_beyond_letters_digits_and_dash_is_dropped(backend, name):
+    """As httpd drops it from its CGI variables (known_differences
+    'ajp-header-name-dropped'): a client's "Content_Length: 5" had set the body's length, and
+    a GET then waited for a body Apache never sends (found in review)."""
+    env, length, chunked, _ = decode(backend, headers=[
+        ((name,), '5' if b'ength' in name else 'chunked'), ('X-Forwarded-For', '10.0.0.1')])
+    assert (length, chunked) == (None, False)
+    assert 'CONTENT_LENGTH' not in env and 'HTTP_TRANSFER_ENCODING' not in env
+    assert env['HTTP_X_FORWARDED_FOR'] == '10.0.0.1'
+    assert [key for key in env if key.startswith('HTTP_')] == ['HTTP_X_FORWARDED_FOR']
 
 
 def test_repeated_headers_are_joined(backend):
