@@ -60,10 +60,14 @@ class _BodySource:
     owed when the request ends are read off the wire (``finish``) before the next request's
     packets."""
 
-    __slots__ = ('_conn', 'left', 'asked', 'promised', 'ahead', 'ended', 'sized')
+    __slots__ = ('_conn', 'left', 'asked', 'promised', 'ahead', 'ended', 'sized', 'settled')
 
     def __init__(self, conn, content_length):
         self._conn = conn
+        # False while a pull is under way: the request timeout raises wherever the app's
+        # thread is, and a pull cut short leaves unknown which answers are owed and which
+        # bytes of them were read (``wire_known``).
+        self.settled = True
         self.left = content_length  # None: chunked, length unknown
         self.asked = collections.deque()  # the sizes of the asks whose answers are owed
         self.promised = 0  # their sum
@@ -117,9 +121,26 @@ class _BodySource:
             self.ahead = body_asks_ahead(len(data))
         return data
 
+    @property
+    def wire_known(self):
+        """Whether the connection's next packets are known: no pull was cut short, or the
+        body had ended with nothing owed."""
+        return self.settled or (self.ended and not self.asked)
+
     def __call__(self):
         if self.ended:
             return b''
+        self.settled = False
+        try:
+            data = self._pull()
+        except ClientDisconnected:
+            # Raised with the accounting done (the web server ended the body, or left).
+            self.settled = True
+            raise
+        self.settled = True
+        return data
+
+    def _pull(self):
         # The asks ahead go out once the pushed first chunk has shown the web server's packet
         # size: sized by ours, they would hold up to 8 times AJP_BODY_AHEAD in flight from a
         # web server with 64 KiB packets (ProxyIOBufferSize 65536).
@@ -401,6 +422,9 @@ class AJPConnection(LoggedConnection):
             with request_deadline(self._timeout, self._timed_out):
                 req.run()
         self.served += 1
+        if not body.wire_known:
+            self._end_unknown_wire(req, body)
+            return False
         if req.truncated:
             # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
             # the client's response unfinished (``truncated-response-signalled``).
@@ -425,4 +449,20 @@ class AJPConnection(LoggedConnection):
                           True)
         self.send([ajp.encode_end_response(reuse)])
         return reuse
+
+    def _end_unknown_wire(self, req, body):
+        """End a request whose body pull an exception cut short (the request timeout): the
+        web server's answers still to come are not known, so none of them may be read as the
+        next request (a client's upload would be taken for one). The response ends with
+        END_RESPONSE(reuse=0) and the connection closes, lingering while those answers
+        arrive so that the close does not reset the response."""
+        body.ended = True  # a wsgi.input kept past the request reads nothing more
+        if req.truncated:
+            self.close()
+            return
+        if not req._headersSent:
+            req.send_head(500, b'Internal Server Error', [(b'Content-Length', b'0')], b'',
+                          True)
+        self.send([ajp.encode_end_response(False)])
+        self.linger_close()
 

@@ -285,3 +285,31 @@ def test_a_malformed_chunk_mid_pipeline_is_one_error_and_the_server_serves_on(us
     assert _lines(caplog) == [
         (logging.ERROR, "Protocol error 'body chunk declares 100 bytes but carries 5'")]
     assert ApacheLike(h.connect().sock).get().status == 200
+
+
+@pytest.mark.parametrize('where', ['before the receive', 'after the receive'])
+def test_a_request_timeout_inside_a_body_read_ends_the_connection(use_backend, monkeypatch,
+                                                                   where):
+    """The request timeout raises wherever the app's thread is: inside a body read, which
+    answers are still owed and which bytes of them were read is unknown. The 500 ends with
+    END_RESPONSE(reuse=0) and the connection closes (found in review: it was kept, and the
+    web server's late answer, a client's upload, was read as the next request)."""
+    from flupfast.ajp_connection import AJPConnection
+    from flupfast.deadline import RequestTerminated
+    receive = AJPConnection.next_body_chunk
+    calls = []
+
+    def cut_short(conn):
+        calls.append(1)
+        if len(calls) == 2:  # the app's second read: an ask sent ahead is owed
+            if where == 'after the receive':
+                receive(conn)  # the answer is taken, and lost with the exception
+            raise RequestTerminated()
+        return receive(conn)
+    monkeypatch.setattr(AJPConnection, 'next_body_chunk', cut_short)
+    h, web = _connect(echo)
+    r = web.post('/', BODY)
+    assert (r.status, r.reuse) == (500, False)
+    assert web.closed()
+    h.join()
+    assert h.served == [1]
