@@ -100,13 +100,12 @@ class Connection(_impl.ConnectionState, Job):
 
     def send_file(self, filelike):
         """Send a regular file from its current position to the end (``os.sendfile``; the
-        file's position is left after the bytes sent)."""
+        file's position is left after the bytes sent). Returns the bytes sent."""
         lock = self._send_lock
         if lock is None:
-            self._sock.sendfile(filelike, filelike.tell())
-        else:
-            with lock:
-                self._sock.sendfile(filelike, filelike.tell())
+            return self._sock.sendfile(filelike, filelike.tell())
+        with lock:
+            return self._sock.sendfile(filelike, filelike.tell())
 
     def linger_close(self, seconds=LINGER_SECONDS):
         """Half-close, discard what the peer still sends for a bounded time, then close, so

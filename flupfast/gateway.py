@@ -279,7 +279,7 @@ class Response:
         self.status = None
         self.headers = None
         self.headers_sent = False
-        self.sent = 0  # body bytes handed to the responder (None: a file went by sendfile)
+        self.sent = 0  # body bytes handed to the responder (None: a responder sent them uncounted)
         self.result = None
 
     def start_response(self, status, response_headers, exc_info=None):
@@ -347,8 +347,8 @@ class Response:
         if not self.headers_sent:
             self.headers_sent = True
             self.responder.send_head(self.status, self.headers, b'', False)
-        self.sent = None
-        self.responder.send_file(filelike)
+        self.sent = None  # until the responder says how many bytes went
+        self.sent = self.responder.send_file(filelike)
         return True
 
 

@@ -44,10 +44,11 @@ class RawOutputStream(_impl.PartsWriter):
         return is_regular_file(filelike)
 
     def send_file(self, filelike):
-        """Send the rest of a regular file from its current position (``os.sendfile``)."""
+        """Send the rest of a regular file from its current position (``os.sendfile``);
+        the bytes sent."""
         self.flush()
         self.dataWritten = True
-        self._conn.send_file(filelike)
+        return self._conn.send_file(filelike)
 
 
 class SCGIRequest:

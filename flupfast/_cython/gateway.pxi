@@ -208,8 +208,8 @@ cdef class Response:
         if not self.headers_sent:
             self.headers_sent = True
             self.responder.send_head(self.status, self.headers, b'', False)
-        self.sent = None
-        self.responder.send_file(filelike)
+        self.sent = None  # until the responder says how many bytes went
+        self.sent = self.responder.send_file(filelike)
         return True
 
 

@@ -405,10 +405,11 @@ cdef class _RawOutputStream(PartsWriter):
         return _is_regular_file(filelike)
 
     def send_file(self, filelike):
-        """Send the rest of a regular file from its current position (``os.sendfile``)."""
+        """Send the rest of a regular file from its current position (``os.sendfile``);
+        the bytes sent."""
         self.flush()
         self.dataWritten = True
-        self._conn.send_file(filelike)
+        return self._conn.send_file(filelike)
 
 
 cdef bint _enabled_for(logger, level) except -1:

@@ -5,12 +5,15 @@ mode one record per thread in the process. Each worker writes only its own slot.
 A request writes a few integers and bounded copies of its method and URI at its start and end
 (the gateway's request observer), with no system call: the clocks it reads are the vDSO's,
 and the CPU time (a real system call) is read for one request per CPU_SAMPLE_INTERVAL.
-Readers (the status request, the fork parent's tick) copy the slots without a lock, as a
-torn read only shows a stale field. Nothing here knows a
-protocol or renders a page (ops/status.py does).
+Readers (the status request, the fork parent's tick) take no lock. In fork mode a slot
+carries a sequence number, odd while its child writes a request's start or end: a reader
+copies the slot again when it moved (struct's pack_into clears a record before it fills it,
+and the count and the state change together). Counters are single aligned 8-byte stores.
+Nothing here knows a protocol or renders a page (ops/status.py does).
 """
 import mmap
 import os
+import re
 import resource
 import socket
 import struct
@@ -42,6 +45,7 @@ SCRIPT_BYTES = 256     # SCRIPT_FILENAME
 #        and duration of the last request whose cpu was   the state byte alone)
 #        read (CPU_SAMPLE_INTERVAL)
 #   SLOW: slow requests                                    the child's slow log watcher
+#   SEQ: odd while the child writes the state, BEGIN or END the child
 # A request pays for one pack of each of the two middle parts; what can be worked out when
 # the page is read (percentages, memory) is.
 _PROCESS = struct.Struct('=qd')
@@ -53,19 +57,19 @@ _END = struct.Struct('=Qddd')
 _END_COUNT = struct.Struct('=Qd')  # a request whose cpu was not read: the count and duration
 _SLOW_AT = _END_AT + _END.size
 _SLOW = struct.Struct('=Q')
-SLOT_SIZE = (_SLOW_AT + _SLOW.size + 63) & ~63
+_SEQ_AT = _SLOW_AT + _SLOW.size
+SLOT_SIZE = (_SEQ_AT + 8 + 63) & ~63
 # The pool's counters ahead of the slots, written by the fork parent only: requests and slow
 # requests of children already reaped, max active processes, max children reached, max
 # listen queue; then a generation, odd while a reaped child's counts move from its slot to the
 # header (a reader in a child that saw the header before the move and the slot after it would
 # miss them: it reads again).
-_HEADER = struct.Struct('=QQQQQQ')
-_GENERATION_AT = 40
-_GENERATION = struct.Struct('=Q')
+_RETIRED, _RETIRED_SLOW, _MAX_ACTIVE, _REACHED, _MAX_LISTEN_QUEUE, _GENERATION = range(6)
 HEADER_SIZE = 64
-# A snapshot reads the board again at most this often while a fold goes on under it (the
-# parent's fold is a few microseconds; a reader never waits for a parent that died mid-fold).
-_SNAPSHOT_TRIES = 1000
+# How long a reader waits for a write under way (a fold by the parent, a child's record) to
+# end before it takes what is there: each takes microseconds, unless its writer was
+# preempted; a reader never waits for a writer that died mid-write.
+_SNAPSHOT_WAIT = 0.1
 
 _TCP_INFO = getattr(socket, 'TCP_INFO', None)
 # struct tcp_info (linux/tcp.h): eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss,
@@ -101,8 +105,14 @@ _process_time = time.process_time
 _thread_time = time.thread_time
 
 
+def _raw(value):
+    """An environ string as the bytes the request carried (PEP 3333: latin-1 code points);
+    anything past U+00FF, which no front sends, as '?'."""
+    return (value or '').encode('latin-1', 'replace')
+
+
 def _cut(value, size):
-    return (value or '').encode()[:size]
+    return _raw(value)[:size]
 
 
 def _request_uri(environ):
@@ -137,9 +147,19 @@ def peak_memory(pid):
     return 0
 
 
+# What a client may put in a request's URI or user (nginx decodes REMOTE_USER from any
+# Authorization header) and no page may show as it is: a newline adds lines to the text page,
+# a control character makes the XML page ill-formed. Shown as \xHH, as the access log does.
+_control = re.compile('[\x00-\x1f\x7f]')
+
+
 def _decode(raw):
-    """A field cut at its size may end inside a character: shown replaced."""
-    return raw.rstrip(b'\0').decode('utf-8', 'replace')
+    """A request's bytes as text (UTF-8; a field cut at its size may end inside a character:
+    shown replaced), control characters escaped."""
+    text = raw.rstrip(b'\0').decode('utf-8', 'replace')
+    if _control.search(text):
+        text = _control.sub(lambda match: '\\x%02X' % ord(match.group()), text)
+    return text
 
 
 def _cpu_percent(cpu, duration):
@@ -187,7 +207,9 @@ class PreforkWorkers(_Board):
         self.max_children = max_children
         self.min_spare = min_spare
         self.memory = mmap.mmap(-1, HEADER_SIZE + SLOT_SIZE * max_children)
+        self._words = memoryview(self.memory).cast('Q')  # aligned 8-byte loads and stores
         self._offset = None     # in a child: its slot's offset
+        self._seq = None        # in a child: its slot's sequence number's index in _words
         self._requests = 0      # in a child: requests it has ended
         self._started = 0.0     # in a child: its request's start (monotonic)
         self._next_cpu = 0.0    # in a child: when a request's cpu is read next (monotonic)
@@ -204,25 +226,23 @@ class PreforkWorkers(_Board):
 
     def reaped(self, slot):
         """Fold a gone child's counts into the pool's and free its slot (the generation odd
-        meanwhile: see ``snapshot``)."""
-        memory = self.memory
+        meanwhile: see ``snapshot``). A request it was running counts as accepted: the
+        request timeout, a crash or SIGKILL ended it, and "accepted conn" never goes down."""
+        words = self._words
         offset = HEADER_SIZE + SLOT_SIZE * slot
-        requests = _END.unpack_from(memory, offset + _END_AT)[0]
-        slow = _SLOW.unpack_from(memory, offset + _SLOW_AT)[0]
-        header = list(_HEADER.unpack_from(memory, 0))
-        generation = header[5]
-        _GENERATION.pack_into(memory, _GENERATION_AT, generation + 1)  # odd: folding
-        header[0] += requests
-        header[1] += slow
-        header[5] = generation + 1
-        _HEADER.pack_into(memory, 0, *header)
-        memory[offset:offset + SLOT_SIZE] = bytes(SLOT_SIZE)
-        _GENERATION.pack_into(memory, _GENERATION_AT, generation + 2)
+        raw = self._slot_bytes(offset)
+        requests = _END.unpack_from(raw, _END_AT)[0] + (raw[_STATE_AT] == _RUNNING)
+        words[_GENERATION] += 1  # odd: folding
+        words[_RETIRED] += requests
+        words[_RETIRED_SLOW] += _SLOW.unpack_from(raw, _SLOW_AT)[0]
+        self.memory[offset:offset + SLOT_SIZE] = bytes(SLOT_SIZE)
+        words[_GENERATION] += 1
 
     def sample(self):
         """The parent's periodic look: raise the maxima, count a new "max children reached"
         episode (all ``max_children`` running with fewer than ``min_spare`` idle, counted once
-        until it ends, as PHP-FPM's pm.max_children warning)."""
+        until it ends, as PHP-FPM's pm.max_children warning). Each counter is one store: a
+        reader sees it before or after, never cleared."""
         total = active = 0
         memory = self.memory
         for slot in range(self.max_children):
@@ -230,20 +250,23 @@ class PreforkWorkers(_Board):
             if state:
                 total += 1
                 active += state == _RUNNING
-        header = list(_HEADER.unpack_from(memory, 0))
+        words = self._words
         reached = total >= self.max_children and total - active < self.min_spare
         if reached and not self._reached:
-            header[3] += 1
+            words[_REACHED] += 1
         self._reached = reached
-        header[2] = max(header[2], active)
-        header[4] = max(header[4], self.listen_queue()[0])
-        _HEADER.pack_into(memory, 0, *header)
+        if active > words[_MAX_ACTIVE]:
+            words[_MAX_ACTIVE] = active
+        queue = self.listen_queue()[0]
+        if queue > words[_MAX_LISTEN_QUEUE]:
+            words[_MAX_LISTEN_QUEUE] = queue
 
     # -- the child -----------------------------------------------------------------------
 
     def attach(self, slot):
         """In a new child: write to ``slot`` from now on (None: no slot, write nothing)."""
         self._offset = None if slot is None else HEADER_SIZE + SLOT_SIZE * slot
+        self._seq = None if slot is None else (self._offset + _SEQ_AT) // 8
         self._requests = 0
         if self._offset is not None:
             _PROCESS.pack_into(self.memory, self._offset, os.getpid(), time.time())
@@ -254,13 +277,13 @@ class PreforkWorkers(_Board):
             return None
         get = environ.get
         self._started = started = _monotonic()
-        # Native strings are latin-1 code points (PEP 3333): encode() never fails on them.
+        words, seq = self._words, self._seq
+        words[seq] += 1  # odd: writing
         _pack_begin(self.memory, offset + _STATE_AT, _RUNNING, started,
-                    _content_length(get('CONTENT_LENGTH')),
-                    (get('REQUEST_METHOD') or '').encode(),
-                    (get('REQUEST_URI') or _request_uri(environ)).encode(),
-                    (get('REMOTE_USER') or '').encode(),
-                    (get('SCRIPT_FILENAME') or '').encode())
+                    _content_length(get('CONTENT_LENGTH')), _raw(get('REQUEST_METHOD')),
+                    _raw(get('REQUEST_URI') or _request_uri(environ)),
+                    _raw(get('REMOTE_USER')), _raw(get('SCRIPT_FILENAME')))
+        words[seq] += 1
         if started < self._next_cpu:
             return None
         self._next_cpu = started + CPU_SAMPLE_INTERVAL
@@ -273,51 +296,74 @@ class PreforkWorkers(_Board):
         memory = self.memory
         self._requests += 1
         duration = _monotonic() - self._started
-        if cpu_start is None:
+        cpu = None if cpu_start is None else _process_time() - cpu_start
+        words, seq = self._words, self._seq
+        words[seq] += 1  # odd: writing
+        if cpu is None:
             _pack_count(memory, offset + _END_AT, self._requests, duration)
         else:
-            _pack_end(memory, offset + _END_AT, self._requests, duration,
-                      _process_time() - cpu_start, duration)
+            _pack_end(memory, offset + _END_AT, self._requests, duration, cpu, duration)
         memory[offset + _STATE_AT] = _IDLE
+        words[seq] += 1
 
     def on_slow(self, count):
-        """The slow log's count in this child, written as soon as it changes."""
+        """The slow log's count in this child, written as soon as it changes (one store: the
+        slow log's thread writes it, not the request's)."""
         offset = self._offset
         if offset is not None:
-            _SLOW.pack_into(self.memory, offset + _SLOW_AT, count)
+            self._words[(offset + _SLOW_AT) // 8] = count
 
     # -- readers -------------------------------------------------------------------------
+
+    def _slot_bytes(self, offset):
+        """A copy of the slot at ``offset`` that no write of its child was under way in."""
+        words, memory = self._words, self.memory
+        seq = (offset + _SEQ_AT) // 8
+        deadline = None
+        while True:
+            before = words[seq]
+            if not before % 2:
+                raw = memory[offset:offset + SLOT_SIZE]
+                if words[seq] == before:
+                    return raw
+            if deadline is None:
+                deadline = time.monotonic() + _SNAPSHOT_WAIT
+            elif time.monotonic() > deadline:
+                return memory[offset:offset + SLOT_SIZE]  # its writer died mid-write
+            time.sleep(0)
 
     def snapshot(self):
         """Copy the board: pool counters and one entry per child. Read again when the parent
         folded a reaped child's counts meanwhile (the generation moved or is odd)."""
-        for _ in range(_SNAPSHOT_TRIES):
-            generation = _GENERATION.unpack_from(self.memory, _GENERATION_AT)[0]
+        words = self._words
+        deadline = time.monotonic() + _SNAPSHOT_WAIT
+        while time.monotonic() < deadline:
+            generation = words[_GENERATION]
             if generation % 2:
                 time.sleep(0)
                 continue
             counters = self._read()
-            if _GENERATION.unpack_from(self.memory, _GENERATION_AT)[0] == generation:
+            if words[_GENERATION] == generation:
                 return counters
         return self._read()
 
     def _read(self):
-        memory = self.memory
+        words = self._words
         counters = _Counters()
         now, mono = time.time(), time.monotonic()
-        retired, retired_slow, max_active, reached, max_lq, _ = _HEADER.unpack_from(memory, 0)
-        counters.accepted, counters.slow = retired, retired_slow
+        counters.accepted, counters.slow = words[_RETIRED], words[_RETIRED_SLOW]
         for slot in range(self.max_children):
             offset = HEADER_SIZE + SLOT_SIZE * slot
-            state = memory[offset + _STATE_AT]
-            if not state:
-                continue
-            pid, started = _PROCESS.unpack_from(memory, offset)
-            if not pid:
+            if not words[offset // 8]:
+                continue  # no child's pid (written once): a free slot, or a child just forked
+            raw = self._slot_bytes(offset)
+            state = raw[_STATE_AT]
+            pid, started = _PROCESS.unpack_from(raw, 0)
+            if not state or not pid:
                 continue  # forked this moment: listed once the child has written its pid
-            begin = _BEGIN.unpack_from(memory, offset + _STATE_AT)[1:]
-            requests, duration, cpu, cpu_duration = _END.unpack_from(memory, offset + _END_AT)
-            counters.slow += _SLOW.unpack_from(memory, offset + _SLOW_AT)[0]
+            begin = _BEGIN.unpack_from(raw, _STATE_AT)[1:]
+            requests, duration, cpu, cpu_duration = _END.unpack_from(raw, _END_AT)
+            counters.slow += _SLOW.unpack_from(raw, _SLOW_AT)[0]
             counters.accepted += requests
             entry = _entry(pid, state, started, now, mono, begin, requests, duration,
                            _cpu_percent(cpu, cpu_duration),
@@ -328,9 +374,9 @@ class PreforkWorkers(_Board):
             else:
                 counters.idle += 1
             counters.processes.append(entry)
-        counters.max_active = max(max_active, counters.active)
-        counters.max_children_reached = reached
-        counters.max_listen_queue = max_lq
+        counters.max_active = max(words[_MAX_ACTIVE], counters.active)
+        counters.max_children_reached = words[_REACHED]
+        counters.max_listen_queue = words[_MAX_LISTEN_QUEUE]
         return counters
 
 
@@ -454,10 +500,11 @@ class ThreadWorkers(_Board):
                 seen.pop(thread, None)
         return threads
 
-    def sample(self):
+    def sample(self, workers=None):
         """Raise the maxima; count a new "max children reached" episode (every thread the pool
-        may have busy)."""
-        _, workers = self._threads()
+        may have busy). ``workers``: a look ``_threads`` just took."""
+        if workers is None:
+            _, workers = self._threads()
         active = sum(1 for _, slot in workers if slot is not None and slot.state == _RUNNING)
         self._max_active = max(self._max_active, active)
         reached = self.pool is not None and active >= self.max_workers
@@ -480,8 +527,10 @@ class ThreadWorkers(_Board):
         self._sampler.start()
 
     def snapshot(self):
-        workers = self.sample()
-        retired, _ = self._threads()
+        # One look: a thread that ended between two would count in the workers of the first
+        # and in the retired count of the second ("accepted conn" went down a request later).
+        retired, workers = self._threads()
+        self.sample(workers)
         counters = _Counters()
         now, mono = time.time(), time.monotonic()
         counters.accepted = retired

@@ -362,7 +362,9 @@ class FileResponder(Recorder):
         return self.accept
 
     def send_file(self, filelike):
-        self.calls.append(('file', filelike.read()))
+        data = filelike.read()
+        self.calls.append(('file', data))
+        return len(data)
 
 
 def test_send_file_sends_the_headers_once_then_the_file(backend):
@@ -418,6 +420,30 @@ def test_file_wrapper_result_goes_through_send_file(backend):
         return gateway.FileWrapper(io.BytesIO(b'payload'))
     assert backend.run_application(app, {}, responder) is True
     assert responder.calls == [('head', b'200 OK', [], b'', False), ('file', b'payload')]
+
+
+def test_a_file_sent_by_the_responder_counts_its_bytes(backend):
+    """What the access log's %(b)s shows (found in review: a file_wrapper over SCGI or
+    uwsgi, any download, was logged with '-' bytes)."""
+    import io
+    seen = []
+
+    class Observer:
+        def begin(self, environ):
+            return None
+
+        def end(self, token, response, failed):
+            seen.append(response.sent)
+
+    def app(environ, start_response):
+        start_response('200 OK', [])
+        return gateway.FileWrapper(io.BytesIO(b'payload'))
+    gateway.set_observer(Observer())
+    try:
+        backend.run_application(app, {}, FileResponder())
+    finally:
+        gateway.set_observer(None)
+    assert seen == [7]
 
 
 def test_debug_page_inside_except_uses_the_current_exception():

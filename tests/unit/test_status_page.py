@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import threading
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -165,7 +166,6 @@ def test_a_child_reaped_while_the_page_is_read_is_counted_once(monkeypatch):
     for the page: a reader that saw the header before the fold and the slot after it (zeroed)
     lost that child's requests (the integration test's 9 of 11 under load). The reader sees
     the generation move and reads again."""
-    from flupfast.ops import workers
     board = PreforkWorkers(max_children=2, min_spare=1)
     board.prepare(0)
     board.prepare(1)
@@ -174,24 +174,121 @@ def test_a_child_reaped_while_the_page_is_read_is_counted_once(monkeypatch):
         board.end(board.begin(ENVIRON), None, False)
     board.attach(1)
     board.end(board.begin(ENVIRON), None, False)
-    real = workers._HEADER
     folds = []
+    slot_bytes = PreforkWorkers._slot_bytes
 
-    class FoldAfterTheHeaderIsRead:
-        size = real.size
-
-        def unpack_from(self, buffer, offset=0):
-            value = real.unpack_from(buffer, offset)
-            if not folds:  # the first read is the page's: the parent reaps slot 0 right after
-                folds.append(True)
-                board.reaped(0)
-            return value
-
-        def pack_into(self, *args):
-            return real.pack_into(*args)
-    monkeypatch.setattr(workers, '_HEADER', FoldAfterTheHeaderIsRead())
+    def fold_after_the_header_is_read(offset):
+        if not folds:  # the page has read the header: the parent reaps slot 0 right now
+            folds.append(True)
+            board.reaped(0)
+        return slot_bytes(board, offset)
+    monkeypatch.setattr(board, '_slot_bytes', fold_after_the_header_is_read)
     snap = board.snapshot()
     assert folds and snap.accepted == 3 and len(snap.processes) == 1
+
+
+@pytest.mark.parametrize('record', ['begin', 'end'])
+def test_a_record_read_while_its_child_writes_it_is_read_whole(monkeypatch, record):
+    """struct's pack_into clears a record before it fills it, and a request's end writes the
+    count before the state: a page read meanwhile lost the child (state 0), saw "accepted
+    conn" drop to the reaped children's, or counted the ending request twice (found in
+    review). The reader waits for the child's write to end (the slot's sequence number)."""
+    from flupfast.ops import workers
+    board = PreforkWorkers(max_children=2, min_spare=1)
+    board.prepare(0)
+    board.attach(0)
+    for _ in range(5):
+        board.end(board.begin(ENVIRON), None, False)
+    if record == 'end':
+        token = board.begin(ENVIRON)
+    name = '_pack_begin' if record == 'begin' else '_pack_count'
+    real = getattr(workers, name)
+    struct_size = {'_pack_begin': workers._BEGIN, '_pack_count': workers._END_COUNT}[name].size
+    writing = threading.Event()
+
+    def slow_pack(buffer, offset, *values):
+        buffer[offset:offset + struct_size] = bytes(struct_size)  # what pack_into does first
+        writing.set()
+        time.sleep(0.02)
+        real(buffer, offset, *values)
+        if record == 'end':
+            time.sleep(0.02)  # the count is written, the state not yet
+    monkeypatch.setattr(workers, name, slow_pack)
+    writer = threading.Thread(target=(lambda: board.begin(ENVIRON)) if record == 'begin'
+                              else (lambda: board.end(token, None, False)))
+    writer.start()
+    assert writing.wait(5)
+    snap = board.snapshot()
+    writer.join()
+    assert len(snap.processes) == 1
+    assert snap.accepted == 6
+    assert snap.processes[0]['state'] in ('Running', 'Idle')
+
+
+def test_a_request_running_when_its_child_died_stays_accepted():
+    """The request timeout (exit 86), a crash or SIGKILL ends a child in its request: the
+    request counted as accepted while it ran stays counted once the child is reaped
+    ("accepted conn" went down by one, found in review)."""
+    board = PreforkWorkers(max_children=2, min_spare=1)
+    board.prepare(0)
+    board.attach(0)
+    board.end(board.begin(ENVIRON), None, False)
+    board.begin(ENVIRON)
+    assert board.snapshot().accepted == 2
+    board.reaped(0)
+    assert board.snapshot().accepted == 2
+
+
+def test_a_thread_that_ends_while_the_page_is_read_is_counted_once(monkeypatch):
+    """The page took the workers from one look and the ended threads' counts from a second:
+    a thread that ended in between was counted twice, and the next page's "accepted conn"
+    was lower (found in review)."""
+    board = ThreadWorkers(pool=None)
+    release = threading.Event()
+
+    def serve_then_wait():
+        for _ in range(3):
+            board.end(board.begin(ENVIRON), None, False)
+        release.wait(5)
+    worker = threading.Thread(target=serve_then_wait)
+    worker.start()
+    looks = []
+    threads = ThreadWorkers._threads
+
+    def look_then_the_thread_ends():
+        found = threads(board)
+        if not looks:
+            looks.append(True)
+            release.set()
+            worker.join()
+        return found
+    monkeypatch.setattr(board, '_threads', look_then_the_thread_ends)
+    assert board.snapshot().accepted == 3
+    assert board.snapshot().accepted == 3
+
+
+@pytest.mark.parametrize('kind', ['fork', 'thread'])
+def test_uris_show_as_the_request_s_bytes_and_control_characters_escaped(kind):
+    """Environ strings hold the request's bytes as latin-1 code points: shown as UTF-8
+    ('/caf\xc3\xa9' is /café; it was shown /cafÃ©). A user nginx decodes from any
+    Authorization header may hold a newline (it added lines to the text page) or a control
+    character (the XML page was not well-formed): escaped (found in review)."""
+    environ = dict(ENVIRON, REQUEST_URI='/caf\xc3\xa9?q=\x1b', REMOTE_USER='x\n\x001')
+    if kind == 'fork':
+        board = PreforkWorkers(max_children=1, min_spare=1)
+        board.prepare(0)
+        board.attach(0)
+    else:
+        board = ThreadWorkers(pool=None)
+    board.end(board.begin(environ), None, False)
+    fields, processes = status.pool_fields(board)
+    (entry,) = processes
+    assert entry['request uri'] == '/café?q=\\x1B'
+    assert entry['user'] == 'x\\x0A\\x001'
+    ET.fromstring(status.render(fields, processes, 'xml', True))
+    text = status.render(fields, processes, 'text', True)
+    # one line per field, and the separator's two
+    assert text.count('\n') == len(status.POOL_FIELDS) + 2 + len(status.PROCESS_FIELDS)
 
 
 def test_a_child_not_started_yet_is_not_listed():
