@@ -7,6 +7,7 @@ STDIN, CONTENT_LENGTH for SCGI and AJP). ``flupfast._speedups.InputStream`` is t
 """
 import atexit
 import collections
+import io
 import os
 import shutil
 import tempfile
@@ -17,6 +18,14 @@ from flupfast.limits import SPOOL_MEMORY_LIMIT
 
 class ClientDisconnected(ConnectionError):
     """The web server closed the connection before the whole request body arrived."""
+
+
+def _copy_into(buffer, read):
+    """``readinto``: what ``read(len)`` gives, copied into ``buffer``; the count."""
+    view = memoryview(buffer).cast('B')
+    data = read(len(view))
+    view[:len(data)] = data
+    return len(data)
 
 
 class InputStream:
@@ -159,8 +168,52 @@ class InputStream:
             raise StopIteration
         return line
 
+    # The rest of io.BufferedReader's reading surface, what flup's SCGI hands the app (a
+    # socket's file): code that wraps wsgi.input in io.TextIOWrapper or reads into its own
+    # buffer works on every protocol.
+
+    def read1(self, size=-1):
+        """At most ``size`` bytes (all of them if negative) with at most one pull."""
+        if self._pos >= len(self._chunk) and (size == 0 or not self._next_chunk()):
+            return b''
+        chunk = self._chunk
+        pos = self._pos
+        end = len(chunk) if size is None or size < 0 else min(len(chunk), pos + size)
+        self._pos = end
+        self.bytes_read += end - pos
+        return chunk[pos:end]
+
+    def peek(self, size=0):
+        """The unread bytes of the current chunk, without taking them (one pull if there
+        are none); b'' at the end of the body."""
+        if self._pos >= len(self._chunk) and not self._next_chunk():
+            return b''
+        return self._chunk[self._pos:]
+
+    def readinto(self, buffer):
+        return _copy_into(buffer, self.read)
+
+    def readinto1(self, buffer):
+        return _copy_into(buffer, self.read1)
+
     def readable(self):
         return True
+
+    def writable(self):
+        return False
+
+    def seekable(self):
+        return False
+
+    def fileno(self):
+        raise io.UnsupportedOperation('wsgi.input has no file descriptor')
+
+    def flush(self):
+        pass
+
+    @property
+    def closed(self):
+        return False  # close() leaves the body to the server, which drains it
 
     def close(self):
         """WSGI allows the app to close wsgi.input; the server still drains the rest."""

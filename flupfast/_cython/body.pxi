@@ -2,6 +2,10 @@
 # API). It knows no protocol and pulls only when the app reads; it must never hold a pointer
 # across a call to pull() (which runs arbitrary Python). Included by flupfast/_speedups.pyx.
 
+from io import UnsupportedOperation as _io_UnsupportedOperation
+from flupfast.body import _copy_into
+
+
 cdef bytes _buffer_to_bytes(object chunk):
     cdef Py_buffer view
     PyObject_GetBuffer(chunk, &view, PyBUF_SIMPLE)
@@ -220,8 +224,64 @@ cdef class InputStream:
             raise StopIteration
         return line
 
+    # The rest of io.BufferedReader's reading surface (see the pure twin).
+
+    def read1(self, size=-1):
+        """At most ``size`` bytes (all of them if negative) with at most one pull."""
+        cdef Py_ssize_t n = -1 if size is None else PyNumber_AsSsize_t(size, NULL)
+        cdef object chunk
+        if self._end - self._start <= 0:
+            if n == 0:
+                return b''
+            chunk = self._next_chunk()
+            if chunk is None:
+                return b''
+            self._chunk = chunk if PyBytes_CheckExact(chunk) else _buffer_to_bytes(chunk)
+            self._start = 0
+            self._end = PyBytes_GET_SIZE(self._chunk)
+        if n < 0 or n > self._end - self._start:
+            n = self._end - self._start
+        return self._take(n)
+
+    def peek(self, size=0):
+        """The unread bytes of the current chunk, without taking them (one pull if there
+        are none); b'' at the end of the body."""
+        cdef object chunk
+        if self._end - self._start <= 0:
+            chunk = self._next_chunk()
+            if chunk is None:
+                return b''
+            self._chunk = chunk if PyBytes_CheckExact(chunk) else _buffer_to_bytes(chunk)
+            self._start = 0
+            self._end = PyBytes_GET_SIZE(self._chunk)
+        if self._start == 0:
+            return self._chunk
+        return self._chunk[self._start:self._end]
+
+    def readinto(self, buffer):
+        return _copy_into(buffer, self.read)
+
+    def readinto1(self, buffer):
+        return _copy_into(buffer, self.read1)
+
     def readable(self):
         return True
+
+    def writable(self):
+        return False
+
+    def seekable(self):
+        return False
+
+    def fileno(self):
+        raise _io_UnsupportedOperation('wsgi.input has no file descriptor')
+
+    def flush(self):
+        pass
+
+    @property
+    def closed(self):
+        return False  # close() leaves the body to the server, which drains it
 
     def close(self):
         """WSGI allows the app to close wsgi.input; the server still drains the rest."""
