@@ -254,6 +254,14 @@ DIFFERENCES = [
         'ends idle connections\' waits and returns within a second',
         'mod_fcgid and service managers expect SIGTERM to stop the process'),
     Difference(
+        'unix-bind-not-a-socket', 'fcgi_base.py:1040-1068, scgi_base.py:356-383',
+        'unlinks whatever is at a Unix bindAddress before binding, a regular file included',
+        'unlinks a socket left there, and refuses anything else with FileExistsError ("it '
+        'exists and is not a socket"); the command line also refuses a socket another '
+        'server listens on',
+        'a mistyped path must not delete a file, nor a second server take a running one\'s '
+        'path'),
+    Difference(
         'reload-keeps-listening-socket', 'fcgi_base.py:1070-1072, scgi_base.py:385-387, ajp_base.py:831-833',
         'run() closes its listening socket before returning True after SIGHUP, and the next '
         'run() binds again (a Unix socket path unlinked and made anew): connections arriving '

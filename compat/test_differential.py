@@ -70,6 +70,8 @@ SHOWN_ELSEWHERE = {
     'flup-adapters-strict': 'tests/unit/test_flup_adapters.py',
     'threadpool-start-capped': 'tests/unit/test_threadpool.py',
     'reload-keeps-listening-socket': 'tests/integration/test_library_reload.py',
+    'unix-bind-not-a-socket': 'tests/unit/test_listen.py',
+    'ajp-header-name-dropped': 'tests/unit/test_ajp_codec.py',
     # Reliability (docs/reliability.md): shown against flupfast's processes under fault.
     'threaded-pool-full': 'tests/reliability/test_faults.py',
     'threaded-stop-idle-connection': 'tests/reliability/test_faults.py',

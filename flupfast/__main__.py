@@ -14,22 +14,21 @@ requests in flight end, the app is checked to import, and the command is execute
 the same process (same PID) on the same listening socket; SIGINT and SIGTERM stop it.
 """
 import argparse
-import html
 import importlib
+import inspect
 import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
-import traceback
 
 import flupfast
 from flupfast import ops
-from flupfast.limits import FORK_OVERLOAD_WAIT, RELOAD_CHECK_TIMEOUT
+from flupfast.cli_apps import StartError, app_load_problem, demo_app, load_app
+from flupfast.limits import FORK_OVERLOAD_WAIT
 from flupfast.serving import handover, systemd
-from flupfast.serving.listen import resolve_owner
+from flupfast.serving.listen import resolve_owner, socket_in_use
 from flupfast.serving.signals import ReloadRequests
 
 PROTOCOLS = {'fcgi': 'FastCGI', 'scgi': 'SCGI', 'uwsgi': 'uwsgi', 'ajp': 'AJP13'}
@@ -67,10 +66,6 @@ class UsageError(Exception):
     """A mistake on the command line: one line, exit status 2."""
 
 
-class StartError(Exception):
-    """The server cannot start as asked: one line, exit status 1."""
-
-
 class _OneLineParser(argparse.ArgumentParser):
     """argparse prints its usage block before each error; here the error is one line that
     points to --help."""
@@ -83,59 +78,6 @@ def server_module(protocol, mode):
     """The flup-compatible module serving ``protocol`` in ``mode`` (``flupfast.server.scgi_fork``)."""
     suffix = {'thread': '', 'fork': '_fork', 'single': '_single'}[mode]
     return 'flupfast.server.%s%s' % (protocol, suffix)
-
-
-def demo_app(environ, start_response):
-    """The demo: a hello page at /, and the WSGI environ at /environ."""
-    path = environ.get('PATH_INFO', '')
-    if path.rstrip('/').endswith('/environ'):
-        rows = ''.join('<tr><th>%s</th><td><code>%s</code></td></tr>\n'
-                       % (html.escape(key), html.escape(repr(value)))
-                       for key, value in sorted(environ.items()))
-        body = ('<!DOCTYPE html>\n<html><head><title>flupfast environ</title></head><body>\n'
-                '<h1>WSGI environ</h1>\n<table>\n%s</table>\n</body></html>\n' % rows)
-    else:
-        body = ('<!DOCTYPE html>\n<html><head><title>flupfast</title></head><body>\n'
-                '<h1>Hello from flupfast %s</h1>\n<p>Backend: %s. Python %s. '
-                '<a href="%s/environ">See the environ</a>.</p>\n</body></html>\n'
-                % (flupfast.__version__, flupfast.BACKEND, sys.version.split()[0],
-                   html.escape(environ.get('SCRIPT_NAME', '').rstrip('/'))))
-    data = body.encode('utf-8')
-    start_response('200 OK', [('Content-Type', 'text/html; charset=utf-8')])
-    return [data]
-
-
-def load_app(spec):
-    """``package.module:callable`` (``:application`` when the callable is left out).
-
-    A module that does not import is a StartError naming where it failed; the full traceback
-    is logged at DEBUG (``--log-level debug``).
-    """
-    module_name, _, attr = spec.partition(':')
-    try:
-        app = importlib.import_module(module_name)
-    except SyntaxError as exc:
-        logging.getLogger('flupfast').debug('importing %s', module_name, exc_info=True)
-        raise StartError('cannot import %r: %s at %s line %s'
-                         % (module_name, exc.msg, exc.filename, exc.lineno)) from None
-    except ModuleNotFoundError as exc:
-        raise StartError('cannot import %r: %s (is it on sys.path? run from its directory or '
-                         'set PYTHONPATH)' % (module_name, exc)) from None
-    except Exception as exc:
-        logging.getLogger('flupfast').debug('importing %s', module_name, exc_info=True)
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        raise StartError('cannot import %r: %s: %s (at %s line %s; --log-level debug shows '
-                         'the traceback)' % (module_name, type(exc).__name__, exc,
-                                             where.filename, where.lineno)) from None
-    for part in (attr or 'application').split('.'):
-        try:
-            app = getattr(app, part)
-        except AttributeError:
-            raise StartError('%r has no attribute %r (give the app as module:callable)'
-                             % (module_name, part)) from None
-    if not callable(app):
-        raise StartError('%s is not callable' % spec)
-    return app
 
 
 def parse_bind(value):
@@ -338,6 +280,8 @@ def check_usage(args):
             raise UsageError('%s applies to --mode %s only' % (option, ' or '.join(modes)))
         if protocols is not None and args.protocol not in protocols:
             raise UsageError('%s applies to --protocol %s only' % (option, ' or '.join(protocols)))
+    if args.mode == 'fork':
+        _check_spares(args)
     if args.max_requests_jitter and not args.max_requests:
         raise UsageError('--max-requests-jitter adds to --max-requests: give both')
     if args.ajp_packet_size is not None and args.ajp_packet_size > 65536:
@@ -354,6 +298,19 @@ def check_usage(args):
         raise UsageError('nothing to serve: FastCGI without --bind serves the socket a web server '
                          'passes on fd 0, and fd 0 is a terminal; give --bind 127.0.0.1:9000 or '
                          '--bind unix:/run/app.sock')
+
+
+def _check_spares(args):
+    """--min-spare above --max-spare (either given or flup's default) is refused here: the
+    server's constructor would raise it as flup's ValueError, with a traceback."""
+    from flupfast.server.preforkserver import PreforkServer
+    defaults = inspect.signature(PreforkServer.__init__).parameters
+    low = args.min_spare if args.min_spare is not None else defaults['minSpare'].default
+    high = args.max_spare if args.max_spare is not None else defaults['maxSpare'].default
+    if low > high:
+        raise UsageError('--min-spare (%d) is above --max-spare (%d%s): idle children are '
+                         'kept between the two' % (low, high, '' if args.max_spare is not None
+                                                   else ', the default'))
 
 
 def _stdin_is_terminal():
@@ -430,6 +387,11 @@ class ListeningSocket:
         return sock
 
     def _bind(self):
+        address = getattr(self.server, '_bindAddress', None)
+        if isinstance(address, (str, os.PathLike)) and socket_in_use(address):
+            # flup would take the path over, and the server there would serve on, unreached.
+            raise StartError('cannot listen on %s: another server is listening there (stop '
+                             'it first, or give another path)' % describe_address(address))
         try:
             return self._setup()
         except OSError as exc:
@@ -456,36 +418,11 @@ class ListeningSocket:
             self.sock = None
 
 
-def app_load_problem(spec):
-    """None when the app ``spec`` imports in a fresh interpreter (the code a reload would
-    run), else the one-line reason, as the command line would print it."""
-    if not spec:
-        return None
-    try:
-        proc = subprocess.run([sys.executable, '-c', 'import sys; from flupfast.__main__ import '
-                               'check_app; sys.exit(check_app(sys.argv[1]))', spec],
-                              capture_output=True, text=True, timeout=RELOAD_CHECK_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return 'importing it took more than %g s' % RELOAD_CHECK_TIMEOUT
-    except OSError as exc:
-        return 'cannot run %s to check it: %s' % (sys.executable, exc.strerror or exc)
-    if proc.returncode == 0:
-        return None
-    lines = proc.stderr.strip().splitlines()
-    return lines[-1] if lines else 'exit status %d' % proc.returncode
-
-
-def check_app(spec):
-    """The reload check's child: load the app as serving would; 0 or one line and 1."""
-    try:
-        load_app(spec)
-    except StartError as exc:
-        print('flupfast: %s' % exc, file=sys.stderr)
-        return 1
-    return 0
-
-
 def main(argv=None):
+    if '' not in sys.path and os.getcwd() not in sys.path:
+        # The console script: `python -m flupfast` serves module:callable from the current
+        # directory, and the `flupfast` command is the same command.
+        sys.path.insert(0, os.getcwd())
     try:
         return _main(argv)
     except UsageError as exc:

@@ -106,8 +106,10 @@ def resolve_owner(owner):
 def bind_listen_socket(bind_address, umask=None, owner=None, mode=None):
     """Return a listening socket for ``bind_address``.
 
-    A str (or path-like) is a Unix socket path: whatever is there is unlinked first (errors
-    ignored) and ``umask`` applies from bind() to listen() (flup fcgi_base.py:1040-1068);
+    A str (or path-like) is a Unix socket path: a socket already there is unlinked first
+    (flup unlinks whatever is there; anything but a socket is refused here,
+    known_differences 'unix-bind-not-a-socket') and ``umask`` applies from bind() to listen()
+    (flup fcgi_base.py:1040-1068);
     ``owner`` (see resolve_owner) and ``mode`` (e.g. 0o660), PHP-FPM's ``listen.owner``,
     ``listen.group`` and ``listen.mode``, are set before listen(), so no connection is accepted
     under the wrong permissions. A 2-tuple is AF_INET (or AF_INET6 when the host contains ':'),
@@ -120,18 +122,19 @@ def bind_listen_socket(bind_address, umask=None, owner=None, mode=None):
         set_cloexec(sock)
         if family == socket.AF_UNIX:
             path = os.fspath(bind_address)
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            _unlink_old_socket(path)
             uid, gid = (-1, -1) if owner is None else resolve_owner(owner)
             old_umask = None if umask is None else os.umask(umask)
             try:
                 sock.bind(path)
-                if (uid, gid) != (-1, -1):
-                    os.chown(path, uid, gid)
-                if mode is not None:
-                    os.chmod(path, mode)
+                try:
+                    if (uid, gid) != (-1, -1):
+                        _give_socket(path, uid, gid, owner)
+                    if mode is not None:
+                        os.chmod(path, mode)
+                except OSError:
+                    _unlink_quietly(path)  # ours, made a moment ago: no half-set socket left
+                    raise
                 sock.listen(socket.SOMAXCONN)
             finally:
                 if old_umask is not None:
@@ -144,6 +147,57 @@ def bind_listen_socket(bind_address, umask=None, owner=None, mode=None):
         sock.close()
         raise
     return sock
+
+
+def _unlink_old_socket(path):
+    """Make room for a socket at ``path``: a socket left there (by a server that died, or
+    one this replaces, as flup does) is unlinked; anything else is refused, never deleted (a
+    mistyped path would have removed a file)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # bind() says what is wrong with the path
+    if not stat.S_ISSOCK(st.st_mode):
+        raise FileExistsError(errno.EEXIST, 'it exists and is not a socket (left as it is)',
+                              path)
+    _unlink_quietly(path)
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _give_socket(path, uid, gid, owner):
+    try:
+        os.chown(path, uid, gid)
+    except OSError as exc:
+        raise type(exc)(exc.errno, 'cannot give it to %s: %s%s' % (
+            owner, exc.strerror, ' (changing an owner takes root)'
+            if exc.errno == errno.EPERM else ''), path) from None
+
+
+def socket_in_use(path):
+    """Whether a server listens on the Unix socket at ``path`` (a connection is accepted
+    into its queue)."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def _is_listening(sock):

@@ -98,7 +98,8 @@ def wait_connectable(address, proc, timeout=15):
 class Server:
     """A server subprocess, stopped by PID with SIGTERM (SIGKILL after a bound).
 
-    ``command`` replaces the whole command line (``python -m flupfast`` + ``args`` by default);
+    ``command`` replaces the whole command line (``python -m flupfast`` + ``args`` by default),
+    run in ``cwd`` (the repository by default);
     ``log_path`` sends stderr to that file instead of a pipe, so a long-lived, chatty server
     cannot block on a full pipe, and ``log()`` can be read while it runs (``proc.stderr`` then
     reads the file). ``wait=False`` returns at once; call ``wait_ready()`` later (to start
@@ -106,7 +107,7 @@ class Server:
     """
 
     def __init__(self, args, address, env=None, script=None, command=None, log_path=None,
-                 wait=True):
+                 wait=True, cwd=ROOT):
         full_env = dict(os.environ, PYTHONPATH=ROOT)
         full_env.update(env or {})
         cmd = command or [sys.executable] + (
@@ -114,10 +115,10 @@ class Server:
         self.log_path = log_path
         if log_path:
             with open(log_path, 'wb') as log_file:
-                self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=log_file)
+                self.proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stderr=log_file)
             self.proc.stderr = open(log_path, 'rb')  # what stop() returns: the log from its start
         else:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stderr=subprocess.PIPE)
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stderr=subprocess.PIPE)
         self.address = address
         if wait:
             self.wait_ready()

@@ -344,7 +344,8 @@ def test_a_reload_whose_check_runs_out_of_time_is_refused(tmp_path):
     (tmp_path / 'hanging.py').write_text(HANGING_APP % {'marker': str(marker)})
     sock = str(tmp_path / 'app.sock')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]))
-    command = ('import sys, flupfast.__main__ as cli; cli.RELOAD_CHECK_TIMEOUT = 2; '
+    command = ('import sys, flupfast.cli_apps as apps, flupfast.__main__ as cli; '
+               'apps.RELOAD_CHECK_TIMEOUT = 2; '
                'sys.exit(cli.main())')
     backend = ManagedProcess('backend', [sys.executable, '-c', command, 'hanging:app',
                                          '--bind', 'unix:' + sock],

@@ -1,5 +1,6 @@
 """listen.py: binding (Unix with umask, TCP v4/v6), fd-0 detection in a subprocess (a listening
 Unix or TCP socket vs a pipe, a file, a connected socket or nothing), fd flags."""
+import errno
 import json
 import os
 import socket
@@ -38,7 +39,7 @@ def accepts_connection(listener, family, address):
 
 def test_unix_socket_with_umask_restores_process_umask(tmp_path):
     path = str(tmp_path / "app.sock")
-    (tmp_path / "app.sock").write_text("stale")  # unlinked first, as flup does
+    socket.socket(socket.AF_UNIX).bind(path)  # a stale socket: unlinked first, as flup does
     before = os.umask(0o022)
     try:
         sock = bind_listen_socket(path, umask=0o077)
@@ -221,3 +222,32 @@ def test_closed_fd_is_none():
     os.close(read_fd)
     os.close(write_fd)
     assert inherited_listen_socket(read_fd) is None
+
+
+def test_a_path_that_is_not_a_socket_is_refused_and_left_alone(tmp_path):
+    """flup unlinks whatever is at the path (known_differences 'unix-bind-not-a-socket'): a
+    mistyped path deleted a file. A socket left there is replaced, as flup does."""
+    notes = tmp_path / 'notes.txt'
+    notes.write_text('keep me')
+    with pytest.raises(FileExistsError, match='it exists and is not a socket'):
+        bind_listen_socket(str(notes))
+    assert notes.read_text() == 'keep me'
+    stale = tmp_path / 'stale.sock'
+    socket.socket(socket.AF_UNIX).bind(str(stale))
+    with bind_listen_socket(str(stale)) as sock:
+        assert sock.getsockname() == str(stale)
+
+
+def test_an_owner_that_cannot_be_set_leaves_no_socket_and_says_so(tmp_path, monkeypatch):
+    """Changing a socket's owner takes root: the message says which owner and why, and the
+    socket made a moment before is removed (found in review: "cannot listen ... Operation not
+    permitted", the socket left behind)."""
+    def refuse(path, uid, gid):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+    monkeypatch.setattr(os, 'chown', refuse)
+    path = tmp_path / 'own.sock'
+    with pytest.raises(PermissionError) as caught:
+        bind_listen_socket(str(path), owner='root:root')
+    assert caught.value.strerror == ('cannot give it to root:root: Operation not permitted '
+                                     '(changing an owner takes root)')
+    assert not path.exists()
