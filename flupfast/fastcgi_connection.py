@@ -211,16 +211,24 @@ class FastCGIConnection(Connection, _impl.FastCGIState):
             return b''
         pending = pending[stream_type]
         ended = io.ended
-        while not pending:
-            if ended[stream_type]:
-                return b''
-            if io.aborted:
-                raise ClientDisconnected(_aborted_message(stream_type))
-            if not self._events and not self._read_events():
-                raise ClientDisconnected('the web server closed the connection before the '
-                                         'end of FCGI_%s' % _stream_name(stream_type))
-            while self._events and not pending and not ended[stream_type] and not io.aborted:
-                self._dispatch(self._events.popleft())
+        io.settled = False
+        try:
+            while not pending:
+                if ended[stream_type]:
+                    io.settled = True
+                    return b''
+                if io.aborted:
+                    raise ClientDisconnected(_aborted_message(stream_type))
+                if not self._events and not self._read_events():
+                    raise ClientDisconnected('the web server closed the connection before the '
+                                             'end of FCGI_%s' % _stream_name(stream_type))
+                while self._events and not pending and not ended[stream_type] \
+                        and not io.aborted:
+                    self._dispatch(self._events.popleft())
+        except ClientDisconnected:
+            io.settled = True  # raised with the records accounted for
+            raise
+        io.settled = True
         return pending.popleft()
 
     # -- the connection loop -----------------------------------------------------------------
@@ -456,6 +464,11 @@ class FastCGIConnection(Connection, _impl.FastCGIState):
                 else:
                     self.linger_close()
                 return
+            if not io.settled:
+                # A pull cut short: which bytes the parser missed is unknown, and a client's
+                # upload must never be read as records. The connection ends here.
+                self.linger_close()
+                return
             # KEEP_CONN: the stream must be at its end before the next request's records.
             # Its end usually came in the same receive as the request (a GET's empty STDIN):
             # taking it from the queue saves the stream's drain -> pull -> dispatch round.
@@ -486,8 +499,10 @@ class FastCGIConnection(Connection, _impl.FastCGIState):
             return
         self.served += 1
         try:
+            # A pull cut short leaves the records unknown: nothing is read as the request's.
             self.end_abruptly(b'' if req.keep_conn else _INVALID_RECORD_HEADER,
-                              lambda deadline: self._discard_input(req, deadline))
+                              (lambda deadline: self._discard_input(req, deadline))
+                              if req._io.settled else None)
         finally:
             self._requests.pop(req.requestId, None)
             req._io.pending = None
@@ -512,9 +527,13 @@ class FastCGIConnection(Connection, _impl.FastCGIState):
                 io.ended[record_type] = True
 
     def _end_multiplexed(self, req):
+        requests = self._requests
         with self._send_lock:
-            self._requests.pop(req.requestId, None)
-            last = not self._requests
+            # The web server may have begun its next request under this id already (nginx
+            # always sends id 1): that one stays.
+            if requests.get(req.requestId) is req:
+                del requests[req.requestId]
+            last = not requests
         self._release_spools(req)
         if last and not req.keep_conn:
             # Wake the reading thread; it closes the socket once the reads stop.

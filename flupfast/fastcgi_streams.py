@@ -14,11 +14,15 @@ class RequestIO:
     freed by reference counting when the request ends (no weak reference, no cycle to break).
     """
 
-    __slots__ = ('request_id', 'aborted', 'pending', 'ended')
+    __slots__ = ('request_id', 'aborted', 'pending', 'ended', 'settled')
 
     def __init__(self, request_id=None):
         self.request_id = request_id
         self.aborted = False
+        # False while a pull reads and dispatches records: the request timeout raises
+        # wherever the app's thread is, and a pull it cuts short may have dropped bytes the
+        # parser never saw. The connection's records are then unknown: it is not kept.
+        self.settled = True
         # stream type -> input not yet read: deques filled by the request's thread, or, when
         # multiplexed, spools filled by the connection's reading thread; None once it ended.
         self.pending = None

@@ -132,6 +132,7 @@ cdef class _FcgiIO:
     cdef object request_id
     cdef long rid  # the same, for comparing in C
     cdef bint aborted
+    cdef bint unsettled  # a pull is under way (fastcgi_streams.RequestIO.settled, negated)
 
 
 cdef class _FcgiStdout(PartsWriter):
@@ -240,18 +241,23 @@ cdef class _FcgiInput:
         cdef object data
         if chain is None:
             return b''
+        self._io.unsettled = True  # until its records are read and handled (see the twin)
         while self._at >= len(self._queue):
             if self.ended:
+                self._io.unsettled = False
                 return b''
             if self._io.aborted:
+                self._io.unsettled = False
                 raise _ClientDisconnected(_fcgi_py['_aborted_message'](self._type))
             if chain.at >= len(chain.events) and not chain.read_events(True):
+                self._io.unsettled = False
                 raise _ClientDisconnected(
                     'the web server closed the connection before the end of FCGI_%s'
                     % _fcgi_py['_stream_name'](self._type))
             while (chain.at < len(chain.events) and self._at >= len(self._queue)
                    and not self.ended and not self._io.aborted):
                 chain.dispatch_next()
+        self._io.unsettled = False
         data = self._queue[self._at]
         self._at += 1
         if self._at >= len(self._queue):
@@ -625,6 +631,11 @@ cdef class _FcgiChain:
                     self.conn.linger_close()
                     self.closed = True
                 return 0
+            if ex.io.unsettled:
+                # A pull cut short: the records are unknown; the connection ends here.
+                self.conn.linger_close()
+                self.closed = True
+                return 0
             # KEEP_CONN: the stream must be at its end before the next request's records.
             # After ABORT_REQUEST nothing more is due (spec 3.3: later records are ignored).
             if ex.io.aborted:
@@ -662,7 +673,7 @@ cdef class _FcgiChain:
         try:
             self.hand_queue_to_conn()
             self.conn.end_abruptly(b'' if ex.keep_conn else _fcgi_py['_INVALID_RECORD_HEADER'],
-                                   self.discard_input)
+                                   None if ex.io.unsettled else self.discard_input)
             self.closed = True
         finally:
             self.current = None

@@ -6,6 +6,7 @@ import errno
 import logging
 import socket
 import threading
+import time
 
 import pytest
 
@@ -381,3 +382,36 @@ def test_a_list_result_leaves_in_one_send(use_backend, monkeypatch):
     resp = Harness(app).request('/')
     assert resp.body == b'one two three'
     assert len(sends) == 1, sends
+
+
+def test_a_multiplexed_request_id_reused_at_once_is_served(use_backend, monkeypatch):
+    """The web server reuses an id as soon as its END_REQUEST arrives (nginx always sends
+    id 1): the ended request's last bookkeeping must not remove the new request of that id
+    (found in review: its STDIN was then ignored and it waited for good)."""
+    from flupfast.fastcgi_connection import FastCGIConnection
+    end_multiplexed = FastCGIConnection._end_multiplexed
+
+    def after_the_next_request_began(conn, req):
+        deadline = threading.Event()
+        for _ in range(200):  # the reading thread has taken the next BEGIN_REQUEST
+            if conn._requests.get(req.requestId, req) is not req:
+                break
+            deadline.wait(0.01)
+        end_multiplexed(conn, req)
+    monkeypatch.setattr(FastCGIConnection, '_end_multiplexed', after_the_next_request_began)
+
+    def echo(environ, start_response):
+        body = environ['wsgi.input'].read()
+        start_response('200 OK', [])
+        return [b'got %d' % len(body)]
+    h = Harness(echo, multiplexed=True)
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert read_response(sock).body == b'got 0'
+        whole = request_bytes('/', body=b'x' * 100, keep_conn=True)
+        stdin = f.encode_stream(f.FCGI_STDIN, 1, b'x' * 100)
+        assert whole.endswith(stdin)
+        sock.sendall(whole[:-len(stdin)])  # BEGIN_REQUEST and PARAMS: the request starts
+        time.sleep(0.2)  # the ended request's bookkeeping runs now
+        sock.sendall(stdin)
+        assert read_response(sock, timeout=5).body == b'got 100'
