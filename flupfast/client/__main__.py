@@ -9,6 +9,7 @@ nonsense (one line on stderr), 2 for a mistake on the command line.
 """
 import argparse
 import io
+import os
 import socket
 import sys
 import urllib.parse
@@ -36,6 +37,16 @@ def parse_address(value):
     return (host.strip('[]') or '127.0.0.1', int(port))
 
 
+def parse_seconds(value):
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float('inf'):
+        raise argparse.ArgumentTypeError('expected seconds > 0, not %r' % value)
+    return seconds
+
+
 def parse_header(value):
     name, sep, text = value.partition(':')
     if not sep or not name.strip() or name != name.strip():
@@ -60,7 +71,7 @@ def build_parser():
     parser.add_argument('--script-name', default='', help='SCRIPT_NAME (default empty)')
     parser.add_argument('--secret', default=None, help='AJP13: the secret (mod_proxy_ajp '
                         'secret=)')
-    parser.add_argument('--timeout', type=float, default=10.0,
+    parser.add_argument('--timeout', type=parse_seconds, default=10.0,
                         help='seconds to wait for the backend (default 10)')
     parser.add_argument('-s', '--silent', action='store_true',
                         help='print nothing; only the exit status tells')
@@ -78,10 +89,16 @@ def read_body(data):
     return data.encode('utf-8')
 
 
+def _wire(text):
+    """A command-line string as a web server passes it: its bytes (UTF-8, or as the
+    command line gave them) as latin-1 code points, as environ strings are (PEP 3333)."""
+    return text.encode('utf-8', 'surrogateescape').decode('latin-1')
+
+
 def build_environ(args, body):
     """The CGI variables a web server would send for this request."""
-    path, _, query = args.path.partition('?')
-    script_name = args.script_name.rstrip('/')
+    path, _, query = _wire(args.path).partition('?')
+    script_name = _wire(args.script_name).rstrip('/')
     if script_name and path.startswith(script_name):
         path = path[len(script_name):]
     environ = {
@@ -89,22 +106,22 @@ def build_environ(args, body):
         'SCRIPT_NAME': script_name,
         'PATH_INFO': urllib.parse.unquote(path, 'latin-1'),
         'QUERY_STRING': query,
-        'REQUEST_URI': script_name + args.path,
-        'SERVER_NAME': args.host,
+        'REQUEST_URI': script_name + _wire(args.path),
+        'SERVER_NAME': _wire(args.host),
         'SERVER_PORT': '80',
         'SERVER_PROTOCOL': 'HTTP/1.1',
         'REMOTE_ADDR': '127.0.0.1',
         'REMOTE_PORT': '0',
-        'HTTP_HOST': args.host,
+        'HTTP_HOST': _wire(args.host),
         'CONTENT_LENGTH': str(len(body)) if body or args.data is not None else '',
         'wsgi.input': io.BytesIO(body),
         'wsgi.errors': sys.stderr,
     }
     for name, value in args.header:
-        key = name.upper().replace('-', '_')
+        key = _wire(name).upper().replace('-', '_')
         if key not in ('CONTENT_TYPE', 'CONTENT_LENGTH'):
             key = 'HTTP_' + key
-        environ[key] = value
+        environ[key] = _wire(value)
     if not environ['CONTENT_LENGTH']:
         del environ['CONTENT_LENGTH']
     return environ
@@ -135,7 +152,7 @@ def main(argv=None):
         print('flupfast.client: cannot read %s: %s' % (args.data[1:], exc.strerror),
               file=sys.stderr)
         return 2
-    out = sys.stdout.buffer
+    out = _Output(sys.stdout.buffer)
     answer = {}
 
     def start_response(status, headers):
@@ -165,8 +182,43 @@ def main(argv=None):
         print('flupfast.client: %s %s: %s' % (args.protocol, where, reason), file=sys.stderr)
         return 1
     out.flush()
-    code = int(answer.get('status', '500')[:3])
-    return 1 if code >= 500 else 0
+    status = answer.get('status', '500')
+    if not status[:3].isdigit():
+        where = args.address if isinstance(args.address, str) else '%s:%d' % args.address
+        print('flupfast.client: %s %s: a status without a code: %r'
+              % (args.protocol, where, status[:100]), file=sys.stderr)
+        return 1
+    return 1 if int(status[:3]) >= 500 else 0
+
+
+class _Output:
+    """stdout for the answer; a reader that went away (``| head``) ends the printing, not
+    the request: the exit status still tells the backend's answer."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.gone = False
+
+    def write(self, data):
+        if not self.gone:
+            try:
+                self.stream.write(data)
+            except BrokenPipeError:
+                self._went_away()
+
+    def flush(self):
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._went_away()
+
+    def _went_away(self):
+        self.gone = True
+        # What is left in the buffer would fail again at exit: stdout becomes /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
 
 
 if __name__ == '__main__':

@@ -123,9 +123,68 @@ def test_a_backend_speaking_another_protocol_is_one_line_and_exit_1(backend):
     (['fcgi', 'nowhere'], "expected host:port, [v6]:port or unix:/path, not 'nowhere'"),
     (['fcgi', '127.0.0.1:1', '/', '-H', 'NoColon'], "expected 'Name: value', not 'NoColon'"),
     (['scgi', '127.0.0.1:1', '--secret', 'x'], '--secret applies to ajp only'),
+    (['fcgi', '127.0.0.1:1', '--timeout', '-1'], "expected seconds > 0, not '-1'"),
+    (['fcgi', '127.0.0.1:1', '--timeout', '0'], "expected seconds > 0, not '0'"),
 ])
 def test_usage_mistakes_are_one_line_and_exit_2(args, words):
     proc = client(*args)
     assert proc.returncode == 2
     lines = proc.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and words in lines[0], proc.stderr
+
+
+def test_text_beyond_latin_1_goes_as_its_utf_8_bytes(server_factory, tmp_path):
+    """A path, host or header value beyond latin-1 reaches the app as a web server passes it:
+    its UTF-8 bytes as latin-1 code points (found in review: a traceback)."""
+    path = str(tmp_path / 'app.sock')
+    server_factory([PROBE, '--bind', 'unix:' + path, '--log-level', 'warning'], path)
+    proc = client('fcgi', 'unix:' + path, '/environ/\u20ac', '--host', 'b\u00fccher.example',
+                  '-H', 'X-Name: \u20ac')
+    assert proc.returncode == 0, proc.stderr
+    environ = json.loads(split(proc.stdout)[2])
+    assert environ['REQUEST_URI'] == '/environ/\u20ac'.encode('utf-8').decode('latin-1')
+    assert environ['HTTP_HOST'] == 'b\u00fccher.example'.encode('utf-8').decode('latin-1')
+    assert environ['HTTP_X_NAME'] == '\u20ac'.encode('utf-8').decode('latin-1')
+
+
+def test_a_status_without_a_code_is_one_line_and_exit_1(tmp_path):
+    """A backend that answers 'Status: OK' answers nonsense: one line (found in review: a
+    ValueError traceback)."""
+    import socket
+    import threading
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / 'odd.sock'))
+    listener.listen()
+
+    def answer_oddly():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b'Status: OK\r\nContent-Type: text/plain\r\n\r\nhello')
+    server = threading.Thread(target=answer_oddly)
+    server.start()
+    try:
+        proc = client('scgi', 'unix:%s' % (tmp_path / 'odd.sock'), '/')
+    finally:
+        server.join(10)
+        listener.close()
+    assert proc.returncode == 1
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and 'a status without a code' in lines[0], proc.stderr
+
+
+def test_a_reader_that_goes_away_does_not_fail_the_check(server_factory, tmp_path):
+    """`| head -c 20`: the printing stops, the exit status still tells the answer (found in
+    review: the client blamed the backend for its own closed stdout)."""
+    path = str(tmp_path / 'app.sock')
+    server_factory([PROBE, '--bind', 'unix:' + path, '--log-level', 'warning'], path)
+    reader, writer = os.pipe()
+    proc = subprocess.Popen([sys.executable, '-m', 'flupfast.client', 'fcgi', 'unix:' + path,
+                             '/download?size=4000000'], cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT), stdout=writer,
+                            stderr=subprocess.PIPE)
+    os.close(writer)
+    assert len(os.read(reader, 20)) > 0
+    os.close(reader)
+    _, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, stderr) == (0, b'')
