@@ -1,6 +1,8 @@
 """The status page (PHP-FPM's ``pm.status_path``): the pool's fields, and with ``?full`` one
 entry per worker, as plain text (default), ``?json``, ``?xml`` or ``?html``, with PHP-FPM's
-names, order, units and layouts, so its exporters and agents read it unchanged.
+names, order, units and layouts, so its exporters and agents read it unchanged; and the pool's
+fields as ``?openmetrics`` (PHP-FPM 8.1's metric names and types), which Prometheus scrapes
+directly.
 
 It answers before the app (a WSGI wrapper, as the ping) from a board of ops/workers.py; the
 board watches requests through the gateway's observer (``watch``). Nothing here knows a
@@ -34,7 +36,31 @@ _LABEL_WIDTH = 22                      # "max active processes: ", PHP-FPM's val
 _PROCESS_SEPARATOR = '\n' + '*' * 24 + '\n'
 
 _CONTENT_TYPES = {'text': 'text/plain', 'json': 'application/json', 'xml': 'text/xml',
-                  'html': 'text/html'}
+                  'html': 'text/html',
+                  'openmetrics': 'application/openmetrics-text; version=1.0.0; charset=utf-8'}
+
+# ?openmetrics: each pool field's metric, as PHP-FPM names and types it (its names carry no
+# _total suffix; a scraper's queries use these), and what it counts.
+_METRICS = (
+    ('start since', 'phpfpm_start_since', 'counter', 'Seconds since the pool started.'),
+    ('accepted conn', 'phpfpm_accepted_connections', 'counter',
+     'Requests the pool has accepted.'),
+    ('listen queue', 'phpfpm_listen_queue', 'gauge',
+     'Connections waiting in the listening socket\'s queue.'),
+    ('max listen queue', 'phpfpm_max_listen_queue', 'counter',
+     'The most connections seen waiting in the queue since the pool started.'),
+    ('listen queue len', 'phpfpm_listen_queue_length', 'gauge',
+     'How many connections the listening socket\'s queue holds.'),
+    ('idle processes', 'phpfpm_idle_processes', 'gauge', 'Workers waiting for a request.'),
+    ('active processes', 'phpfpm_active_processes', 'gauge', 'Workers serving a request.'),
+    ('total processes', 'phpfpm_total_processes', 'gauge', 'Idle and active workers.'),
+    ('max active processes', 'phpfpm_max_active_processes', 'counter',
+     'The most workers seen active at once since the pool started.'),
+    ('max children reached', 'phpfpm_max_children_reached', 'counter',
+     'Times every worker the pool may have was busy.'),
+    ('slow requests', 'phpfpm_slow_requests', 'counter',
+     'Requests that ran past the slow log\'s threshold.'),
+)
 # The same "never cache" headers as the ping (PHP-FPM sends both with either answer).
 _NO_CACHE = PING_HEADERS[1:]
 
@@ -74,7 +100,7 @@ def _shown(name, value, fmt):
 
 
 def render(fields, processes, fmt='text', full=False):
-    """The page body (str) for ``fmt`` (text, json, xml, html)."""
+    """The page body (str) for ``fmt`` (text, json, xml, html, openmetrics)."""
     return _RENDERERS[fmt](fields, processes if full else None)
 
 
@@ -156,15 +182,29 @@ def _render_html(fields, processes):
     return ''.join(parts)
 
 
+def _render_openmetrics(fields, processes):
+    """The pool's fields as OpenMetrics text; no worker entries (PHP-FPM shows none there
+    either, ``full`` or not)."""
+    lines = ['# HELP phpfpm_up Whether pool %s (%s process manager) answers.\n'
+             % (fields['pool'], fields['process manager']),
+             '# TYPE phpfpm_up gauge\n', 'phpfpm_up 1\n']
+    for field, name, kind, text in _METRICS:
+        lines.append('# HELP %s %s\n# TYPE %s %s\n%s %d\n'
+                     % (name, text, name, kind, name, fields[field]))
+    lines.append('# EOF\n')
+    return ''.join(lines)
+
+
 _RENDERERS = {'text': _render_text, 'json': _render_json, 'xml': _render_xml,
-              'html': _render_html}
+              'html': _render_html, 'openmetrics': _render_openmetrics}
 
 
 def parse_query(query):
     """(format, full) from a query string such as ``json&full``; PHP-FPM looks for html, then
-    xml, then json, else text."""
+    xml, then json, then openmetrics, else text."""
     keys = parse_qs(query or '', keep_blank_values=True)
-    fmt = next((name for name in ('html', 'xml', 'json') if name in keys), 'text')
+    fmt = next((name for name in ('html', 'xml', 'json', 'openmetrics') if name in keys),
+               'text')
     return fmt, 'full' in keys
 
 

@@ -72,6 +72,13 @@ def test_pool_fields_and_accepted_conn_behind_nginx(stack, mode):
     # A Unix socket: PHP-FPM reads the listen queue from TCP_INFO, which it has not.
     assert (data['listen queue'], data['listen queue len']) == (0, 0)
     assert status_json(one)['accepted conn'] > data['accepted conn']
+    # Prometheus scrapes ?openmetrics through the same route: PHP-FPM's metrics.
+    parser = pytest.importorskip('prometheus_client.parser')
+    code, headers, body = one.get('/fpm-status?openmetrics')
+    assert code == 200 and headers['Content-Type'].startswith('application/openmetrics-text')
+    metrics = {family.name: family.samples[0].value
+               for family in parser.text_string_to_metric_families(body.decode())}
+    assert metrics['phpfpm_up'] == 1 and metrics['phpfpm_accepted_connections'] >= sent + 2
 
 
 @pytest.mark.parametrize('mode', ['thread', 'fork'])

@@ -102,6 +102,7 @@ def test_html_has_the_pool_table_and_the_process_table():
     ('', ('text', False)), ('full', ('text', True)), ('json', ('json', False)),
     ('json&full', ('json', True)), ('full&xml', ('xml', True)), ('html', ('html', False)),
     ('json&html', ('html', False)), ('xml&json', ('xml', False)), ('other=1', ('text', False)),
+    ('openmetrics', ('openmetrics', False)), ('openmetrics&json', ('json', False)),
 ])
 def test_query_switches(query, expected):
     assert status.parse_query(query) == expected
@@ -531,3 +532,46 @@ def test_the_cpu_time_is_read_for_one_request_per_interval(monkeypatch, mode):
     (entry,) = board.snapshot().processes
     assert entry['last request cpu'] == pytest.approx(25.0)
     assert entry['requests'] == requests + 3 and abs(entry['request duration'] - 1000) <= 1
+
+
+# PHP-FPM 8.1's ?openmetrics: each metric's name and type (its names carry no _total suffix;
+# the dashboards and alerts written for it query these).
+PHP_FPM_METRICS = [
+    ('phpfpm_up', 'gauge'), ('phpfpm_start_since', 'counter'),
+    ('phpfpm_accepted_connections', 'counter'), ('phpfpm_listen_queue', 'gauge'),
+    ('phpfpm_max_listen_queue', 'counter'), ('phpfpm_listen_queue_length', 'gauge'),
+    ('phpfpm_idle_processes', 'gauge'), ('phpfpm_active_processes', 'gauge'),
+    ('phpfpm_total_processes', 'gauge'), ('phpfpm_max_active_processes', 'counter'),
+    ('phpfpm_max_children_reached', 'counter'), ('phpfpm_slow_requests', 'counter')]
+
+
+def test_openmetrics_has_php_fpm_s_metrics_and_prometheus_reads_it():
+    """?openmetrics (found in review: it answered the text page): PHP-FPM's metric names and
+    types, the pool's values, '# EOF' last, read by Prometheus's own client's parser."""
+    parser = pytest.importorskip('prometheus_client.parser')
+    board = PreforkWorkers(max_children=2, min_spare=1)
+    board.prepare(0)
+    board.attach(0)
+    for _ in range(3):
+        board.end(board.begin(ENVIRON), None, False)
+    fields, processes = status.pool_fields(board)
+    page = status.render(fields, processes, 'openmetrics', full=True)
+    assert page.endswith('\n# EOF\n') and '************' not in page
+    families = list(parser.text_string_to_metric_families(page))
+    assert [(family.name, family.type) for family in families] == PHP_FPM_METRICS
+    values = {family.name: family.samples[0].value for family in families}
+    assert values['phpfpm_up'] == 1 and values['phpfpm_accepted_connections'] == 3
+    assert values['phpfpm_idle_processes'] == 1 and values['phpfpm_total_processes'] == 1
+    lines = page.splitlines()
+    assert 'phpfpm_accepted_connections 3' in lines  # the name as PHP-FPM writes it
+
+
+def test_openmetrics_is_served_with_its_content_type():
+    board = ThreadWorkers(pool=None)
+    page = status.StatusPage(None, '/fpm-status', board)
+    answer = []
+    body = page({'PATH_INFO': '/fpm-status', 'SCRIPT_NAME': '', 'QUERY_STRING': 'openmetrics',
+                 'REQUEST_METHOD': 'GET'}, lambda status_, headers: answer.append(headers))
+    assert dict(answer[0])['Content-Type'] == ('application/openmetrics-text; version=1.0.0; '
+                                               'charset=utf-8')
+    assert b''.join(body).startswith(b'# HELP phpfpm_up ')
