@@ -278,12 +278,13 @@ class PreforkWorkers(_Board):
         get = environ.get
         self._started = started = _monotonic()
         words, seq = self._words, self._seq
-        words[seq] += 1  # odd: writing
+        writing = words[seq] | 1  # odd, also after a write a signal cut short (--timeout)
+        words[seq] = writing
         _pack_begin(self.memory, offset + _STATE_AT, _RUNNING, started,
                     _content_length(get('CONTENT_LENGTH')), _raw(get('REQUEST_METHOD')),
                     _raw(get('REQUEST_URI') or _request_uri(environ)),
                     _raw(get('REMOTE_USER')), _raw(get('SCRIPT_FILENAME')))
-        words[seq] += 1
+        words[seq] = writing + 1
         if started < self._next_cpu:
             return None
         self._next_cpu = started + CPU_SAMPLE_INTERVAL
@@ -298,13 +299,14 @@ class PreforkWorkers(_Board):
         duration = _monotonic() - self._started
         cpu = None if cpu_start is None else _process_time() - cpu_start
         words, seq = self._words, self._seq
-        words[seq] += 1  # odd: writing
+        writing = words[seq] | 1  # odd (see begin)
+        words[seq] = writing
         if cpu is None:
             _pack_count(memory, offset + _END_AT, self._requests, duration)
         else:
             _pack_end(memory, offset + _END_AT, self._requests, duration, cpu, duration)
         memory[offset + _STATE_AT] = _IDLE
-        words[seq] += 1
+        words[seq] = writing + 1
 
     def on_slow(self, count):
         """The slow log's count in this child, written as soon as it changes (one store: the

@@ -226,6 +226,29 @@ def test_a_record_read_while_its_child_writes_it_is_read_whole(monkeypatch, reco
     assert snap.processes[0]['state'] in ('Running', 'Idle')
 
 
+def test_a_record_write_cut_short_does_not_hold_readers_up(monkeypatch):
+    """flup's fork-mode timeout raises from a signal wherever the child is, also between a
+    record's two sequence marks: the next write leaves the number even again, and readers
+    do not wait on it."""
+    from flupfast.ops import workers
+    board = PreforkWorkers(max_children=1, min_spare=1)
+    board.prepare(0)
+    board.attach(0)
+
+    def cut_short(*args):
+        raise TimeoutError('the signal')
+    real = workers._pack_begin
+    monkeypatch.setattr(workers, '_pack_begin', cut_short)
+    with pytest.raises(TimeoutError):
+        board.begin(ENVIRON)
+    monkeypatch.setattr(workers, '_pack_begin', real)
+    board.end(board.begin(ENVIRON), None, False)
+    monkeypatch.setattr(workers, '_SNAPSHOT_WAIT', 30.0)  # a reader waiting would show
+    started = time.monotonic()
+    assert board.snapshot().accepted == 1
+    assert time.monotonic() - started < 1.0
+
+
 def test_a_request_running_when_its_child_died_stays_accepted():
     """The request timeout (exit 86), a crash or SIGKILL ends a child in its request: the
     request counted as accepted while it ran stays counted once the child is reaped
