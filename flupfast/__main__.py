@@ -419,9 +419,11 @@ class ListeningSocket:
 
 
 def main(argv=None):
-    if '' not in sys.path and os.getcwd() not in sys.path:
+    if '' not in sys.path and os.getcwd() not in sys.path and \
+            not getattr(sys.flags, 'safe_path', False):
         # The console script: `python -m flupfast` serves module:callable from the current
-        # directory, and the `flupfast` command is the same command.
+        # directory, and the `flupfast` command is the same command (unless Python was told
+        # not to: -P, PYTHONSAFEPATH).
         sys.path.insert(0, os.getcwd())
     try:
         return _main(argv)

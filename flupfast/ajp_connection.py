@@ -10,7 +10,7 @@ import datetime
 import logging
 
 from flupfast import _impl, fastlog
-from flupfast.body import ClientDisconnected
+from flupfast.body import BODY_READ_INTERRUPTED, ClientDisconnected
 from flupfast.connection import LoggedConnection
 from flupfast.deadline import request_deadline
 from flupfast.gateway import is_peer_gone
@@ -130,6 +130,10 @@ class _BodySource:
     def __call__(self):
         if self.ended:
             return b''
+        if not self.settled:
+            # A pull was cut short: nothing more is read from a wire whose state is unknown
+            # (an app's error path may read again, and would settle it on a misread).
+            raise ClientDisconnected(BODY_READ_INTERRUPTED)
         self.settled = False
         try:
             data = self._pull()

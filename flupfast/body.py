@@ -20,9 +20,16 @@ class ClientDisconnected(ConnectionError):
     """The web server closed the connection before the whole request body arrived."""
 
 
+# What a body read says after one that the request timeout (or flup's fork-mode timeout)
+# cut short: the connection's framing is unknown from there, so nothing more is read.
+BODY_READ_INTERRUPTED = 'the request body is read no further: a read of it was interrupted'
+
+
 def _copy_into(buffer, read):
     """``readinto``: what ``read(len)`` gives, copied into ``buffer``; the count."""
     view = memoryview(buffer).cast('B')
+    if view.readonly:  # refused before a byte is taken, as io.BufferedReader does
+        raise TypeError('readinto() argument must be a writable bytes-like object')
     data = read(len(view))
     view[:len(data)] = data
     return len(data)

@@ -16,7 +16,7 @@ from functools import partial
 from operator import attrgetter
 
 from flupfast import _impl
-from flupfast.body import ClientDisconnected, Spool
+from flupfast.body import BODY_READ_INTERRUPTED, ClientDisconnected, Spool
 from flupfast.connection import Connection
 from flupfast.deadline import request_deadline
 from flupfast.fastcgi_streams import RequestIO, StderrStream, StdoutStream, _completed_records
@@ -211,6 +211,10 @@ class FastCGIConnection(Connection, _impl.FastCGIState):
             return b''
         pending = pending[stream_type]
         ended = io.ended
+        if not io.settled:
+            # A pull was cut short: nothing more is read from records whose state is unknown
+            # (an app's error path may read again, and would settle them on a misread).
+            raise ClientDisconnected(BODY_READ_INTERRUPTED)
         io.settled = False
         try:
             while not pending:

@@ -241,6 +241,8 @@ cdef class _FcgiInput:
         cdef object data
         if chain is None:
             return b''
+        if self._io.unsettled:  # a pull was cut short: nothing more is read (see the twin)
+            raise _ClientDisconnected(_fcgi_py['BODY_READ_INTERRUPTED'])
         self._io.unsettled = True  # until its records are read and handled (see the twin)
         while self._at >= len(self._queue):
             if self.ended:

@@ -270,3 +270,17 @@ def test_demo_links_its_environ_page(script_name, link):
     body = b''.join(demo_app({'SCRIPT_NAME': script_name, 'PATH_INFO': '/'},
                              lambda status, headers: None))
     assert b'<a href="%s">' % link.encode() in body
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason='python -P came with 3.11')
+def test_the_current_directory_stays_off_sys_path_under_python_safe_path(tmp_path):
+    """-P (PYTHONSAFEPATH) says: import nothing from the current directory. The console
+    script's addition of it respects that (found in review)."""
+    (tmp_path / 'here.py').write_text('raise SystemExit("imported from the current directory")\n')
+    proc = subprocess.run(
+        [sys.executable, '-P', '-c', 'import sys; from flupfast.__main__ import main; '
+         'sys.exit(main(sys.argv[1:]))', 'here:app', '--bind', 'unix:%s' % (tmp_path / 's')],
+        cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+        text=True, timeout=60)
+    assert proc.returncode == 1
+    assert one_line(proc).startswith("flupfast: cannot import 'here': No module named 'here'")

@@ -491,3 +491,12 @@ def test_peek_takes_nothing_and_text_io_wrapper_reads_the_body(backend, chunking
     assert text.read() == body.decode('utf-8')[len('zwölf\n'):]
     assert stream.peek() == b'' and stream.read1() == b''
     text.close()  # closes the stream: the server still drains it
+
+
+def test_readinto_a_read_only_buffer_takes_nothing(backend):
+    """Refused before a byte is read, as io.BufferedReader does (found in review: the bytes
+    read for it were lost)."""
+    stream = backend.InputStream(puller(b'abcdef', 2))
+    with pytest.raises(TypeError):
+        stream.readinto(b'xx')
+    assert stream.read() == b'abcdef' and stream.bytes_read == 6

@@ -570,7 +570,9 @@ PHP_FPM_METRICS = [
 
 def test_openmetrics_has_php_fpm_s_metrics_and_prometheus_reads_it():
     """?openmetrics (found in review: it answered the text page): PHP-FPM's metric names and
-    types, the pool's values, '# EOF' last, read by Prometheus's own client's parser."""
+    types, the pool's values, '# EOF' last. Read with prometheus_client's text-format parser:
+    its strict OpenMetrics parser refuses PHP-FPM's own page, whose counters lack the
+    _total suffix the standard asks for, and so ours, which keeps PHP-FPM's names."""
     parser = pytest.importorskip('prometheus_client.parser')
     board = PreforkWorkers(max_children=2, min_spare=1)
     board.prepare(0)

@@ -216,6 +216,11 @@ class PreforkMode(JobSource, LoopControl):
                 self._board = None
                 self._pool_state.close()
                 self._pool_state = None
+                # What the forks froze is collectable again once this run ends (frozen for
+                # good, each app a library reload loop replaced stayed in memory); while it
+                # runs it stays frozen, so the parent's collections do not touch, and unshare,
+                # the pages its children share with it.
+                gc.unfreeze()
         return self.reload_requested
 
     def _read_board(self):
@@ -373,7 +378,6 @@ class PreforkMode(JobSource, LoopControl):
             pid = os.fork()
         except OSError as exc:
             release_drain_signal()
-            gc.unfreeze()
             parent_end.close()
             child_end.close()
             if exc.errno in (errno.EAGAIN, errno.ENOMEM):
@@ -382,9 +386,6 @@ class PreforkMode(JobSource, LoopControl):
             raise
         if pid:
             release_drain_signal()
-            # The parent's objects are collectable again (the child keeps its frozen copy):
-            # frozen for good, an app a library reload loop replaces was never freed.
-            gc.unfreeze()
             child_end.close()
             child = self.children[pid] = ChildRecord(pid, parent_end, slot=slot)
             if self._selector is not None:
