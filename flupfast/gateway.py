@@ -407,42 +407,49 @@ def run_application(application, environ, responder, app_lock=None):
     at once. EPIPE and ECONNRESET (the web server went away) end the request quietly and are
     reported by the return value: False when the peer was gone, True otherwise.
 
-    One function, the observer's two calls inside it: it runs for every request, and a
-    helper for the part without the observer cost a call each time.
+    The observer's two calls are here, around the app's part (``_respond``); a request
+    without the app lock runs no other frame.
     """
     response = Response(responder)
     observer = _observer
     token = None if observer is None else observer.begin(environ)
     done = None  # None until the app's part ended without an exception
-    if app_lock is not None:
-        app_lock.acquire()
     try:
-        try:
-            result = application(environ, response.start_response)
-            try:
-                response.result = result
-                more = type(result) in (list, tuple)
-                if not (type(result) is FileWrapper and hasattr(responder, 'send_file')
-                        and response.send_file(result.filelike)):
-                    for data in result:
-                        if data:
-                            response.send(data, more)
-                    if not response.headers_sent:
-                        response.send(b'', more)  # the body was empty: headers only
-            finally:
-                if hasattr(result, 'close'):
-                    result.close()
-            done = True
-        except OSError as exc:
-            if not is_peer_gone(exc):
-                raise
-            done = False
+        if app_lock is None:
+            done = _respond(application, environ, response, responder)
+        else:
+            # Held by `with`, never acquire-then-try: the request timeout raises as soon as a
+            # call returns, and after acquire() that left the lock held for good.
+            with app_lock:
+                done = _respond(application, environ, response, responder)
     finally:
-        if app_lock is not None:
-            app_lock.release()
         if observer is not None:
             observer.end(token, response, done is None)
     return done
+
+
+def _respond(application, environ, response, responder):
+    """Call the app, send its result; True, or False when the peer was gone."""
+    try:
+        result = application(environ, response.start_response)
+        try:
+            response.result = result
+            more = type(result) in (list, tuple)
+            if not (type(result) is FileWrapper and hasattr(responder, 'send_file')
+                    and response.send_file(result.filelike)):
+                for data in result:
+                    if data:
+                        response.send(data, more)
+                if not response.headers_sent:
+                    response.send(b'', more)  # the body was empty: headers only
+        finally:
+            if hasattr(result, 'close'):
+                result.close()
+        return True
+    except OSError as exc:
+        if not is_peer_gone(exc):
+            raise
+        return False
 
 
 def error_page(debug, exc_info=None):

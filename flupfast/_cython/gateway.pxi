@@ -227,6 +227,8 @@ cdef object _run_application(application, environ, responder, app_lock):
     observer = _gw_globals['_observer']
     token = None if observer is None else _observer_begin(observer, environ)
     done = None  # None until the app's part ended without an exception
+    # acquire() then try is safe here, unlike in Python: the request timeout's exception
+    # surfaces only where this code calls Python, and the lock's acquire is C.
     if app_lock is not None:
         app_lock.acquire()
     try:

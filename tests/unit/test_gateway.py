@@ -1,5 +1,6 @@
 """gateway: flup's environ rules and start_response checks, without any protocol."""
 import sys
+import time
 
 import pytest
 
@@ -633,3 +634,38 @@ def test_headers_must_be_a_list_message_in_full(headers, backend):
     with pytest.raises(AssertionError) as info:
         response.start_response('200 OK', headers)
     assert str(info.value) == 'Headers must be a list'
+
+
+def _hello(environ, start_response):
+    start_response('200 OK', [])
+    return [b'hello']
+
+
+def test_the_app_lock_is_released_when_the_timeout_lands_right_after_it_is_taken(backend):
+    """The request timeout raises in the request's thread as soon as a call returns: one
+    that waited for the app lock (multithreaded=False) raised right after acquire(), before
+    the try that releases it, and every later request waited for good (found in review)."""
+    import threading
+    from flupfast.deadline import RequestTerminated, _raise_in_thread
+    lock = threading.Lock()
+    lock.acquire()  # another request holds the app
+    outcome = []
+
+    def request():
+        try:
+            backend.run_application(_hello, {}, Recorder(), app_lock=lock)
+            outcome.append('served')
+        except RequestTerminated:
+            outcome.append('ended')
+    waiter = threading.Thread(target=request)
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while not lock.locked() or waiter.ident is None:
+        time.sleep(0.001)
+    time.sleep(0.1)  # it waits in acquire()
+    _raise_in_thread(waiter.ident, RequestTerminated)  # its deadline passed while it waited
+    lock.release()
+    waiter.join(5)
+    assert time.monotonic() < deadline + 5
+    assert outcome in (['ended'], ['served'])
+    assert not lock.locked()  # the next request is served
