@@ -424,7 +424,15 @@ def run_application(application, environ, responder, app_lock=None):
                 done = _respond(application, environ, response, responder)
     finally:
         if observer is not None:
-            observer.end(token, response, done is None)
+            # The request timeout's exception, sent while a send ran in C past the bound,
+            # lands at the first Python call after it: this end's first line. The end is
+            # called once more, then the exception goes on (the timeout fires once; an end cut
+            # short at its first line did nothing, and Observers goes on where it stopped).
+            try:
+                observer.end(token, response, done is None)
+            except BaseException:
+                observer.end(token, response, done is None)
+                raise
     return done
 
 

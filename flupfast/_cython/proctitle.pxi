@@ -145,5 +145,11 @@ cdef object _observer_begin(observer, environ):
 cdef _observer_end(observer, token, response, bint failed):
     if type(observer) is WorkerTitle:
         (<WorkerTitle>observer)._end()
-    else:
+        return
+    # Called once more when the request timeout's exception lands at its first line (see
+    # the pure twin's run_application).
+    try:
         observer.end(token, response, failed)
+    except BaseException:
+        observer.end(token, response, failed)
+        raise

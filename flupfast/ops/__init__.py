@@ -25,17 +25,24 @@ _ORDER = ('timeout', 'title', 'slow', 'status', 'access')
 
 
 class Observers:
-    """Several request observers as one (the gateway calls one)."""
+    """Several request observers as one (the gateway calls one). An end cut short (the
+    request timeout's exception lands at the first Python call after a send that outlived
+    it: this one) goes on where it stopped when the gateway calls it again: each observer
+    ends once."""
 
     def __init__(self, observers):
         self.observers = tuple(observers)
 
     def begin(self, environ):
-        return tuple(observer.begin(environ) for observer in self.observers)
+        # The first item counts the observers ended so far.
+        return [0] + [observer.begin(environ) for observer in self.observers]
 
     def end(self, tokens, response, failed):
-        for observer, token in zip(self.observers, tokens):
-            observer.end(token, response, failed)
+        observers = self.observers
+        while tokens[0] < len(observers):
+            index = tokens[0]
+            tokens[0] = index + 1  # taken before the call: a second end goes on with the next
+            observers[index].end(tokens[index + 1], response, failed)
 
 
 def install(app, ping_path=None, ping_response='pong', access_log=None,

@@ -669,3 +669,58 @@ def test_the_app_lock_is_released_when_the_timeout_lands_right_after_it_is_taken
     assert time.monotonic() < deadline + 5
     assert outcome in (['ended'], ['served'])
     assert not lock.locked()  # the next request is served
+
+
+def test_every_observer_ends_when_the_timeout_lands_as_the_request_ends(backend):
+    """A send that outlives the request timeout completes in C; the timeout's exception then
+    lands at the first Python call, the observers' end: the access log lost the line, the
+    status page and the timeout's own table kept the request (found in review). The end is
+    called once more, each observer ending once, and the exception goes on. It lands at the
+    end's first line (nothing done yet), or inside the timeout's own end once that has done
+    its part (Interruption.end, where a fire that won the race is delivered)."""
+    from flupfast.deadline import RequestTerminated
+    from flupfast.ops import Observers
+    ended = []
+
+    class Observer:
+        def __init__(self, name, raises_when_done=False):
+            self.name, self.raises = name, raises_when_done
+
+        def begin(self, environ):
+            return self.name
+
+        def end(self, token, response, failed):
+            ended.append(token)
+            if self.raises:
+                self.raises = False
+                raise RequestTerminated()
+
+    class CutAtEntry:
+        """The exception at the first line of the wrapped observer's end, once."""
+        def __init__(self, observer):
+            self.observer, self.cut = observer, True
+
+        def begin(self, environ):
+            return self.observer.begin(environ)
+
+        def end(self, token, response, failed):
+            if self.cut:
+                self.cut = False
+                raise RequestTerminated()
+            self.observer.end(token, response, failed)
+
+    cases = [
+        (CutAtEntry(Observers([Observer('timeout'), Observer('access')])), ['timeout', 'access']),
+        (Observers([Observer('timeout', True), Observer('status'), Observer('access')]),
+         ['timeout', 'status', 'access']),
+        (CutAtEntry(Observer('alone')), ['alone']),
+    ]
+    for observer, expected in cases:
+        del ended[:]
+        gateway.set_observer(observer)
+        try:
+            with pytest.raises(RequestTerminated):
+                backend.run_application(_hello, {}, Recorder())
+        finally:
+            gateway.set_observer(None)
+        assert ended == expected
