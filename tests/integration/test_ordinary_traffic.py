@@ -61,10 +61,10 @@ APACHE_SCGI = replace(APACHE, chunked=False)
 # mod_proxy_uwsgi: no chunked bodies either, and the environment in one vars block (16-bit
 # datasize).
 APACHE_UWSGI = replace(APACHE_SCGI, env_room=65535)
-# mod_proxy_ajp sends the header names as they came: flup's and flupfast's AJP13 environ
-# builder turns "-" into "_" only.
-APACHE_AJP = replace(APACHE, env_room=65536, odd_names=(("HTTP_X_DOT.NAME", "dot"),
-                                                        ("HTTP_X_UNDER", "under")))
+# mod_proxy_ajp sends the header names as they came; flupfast's AJP13 environ builder drops
+# those with anything but letters, digits and "-", as httpd's own CGI variables do (flup turned
+# "-" into "_" only: known_differences 'ajp-header-name-dropped').
+APACHE_AJP = replace(APACHE, env_room=65536)
 # lighttpd: server.max-request-field-size 8192 for the whole request head; it joins Cookie
 # lines with "; ", keeps dots and underscores ("." and "_" become "_") and drops empty headers.
 LIGHTTPD = Traits(joins=("; ", ", "), empty=False, line_limit=8192, header_room=8192,
