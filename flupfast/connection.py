@@ -54,6 +54,10 @@ class Connection(_impl.ConnectionState, Job):
     # constructor writes costs (the instance's dict). What the request path reads and writes
     # at every request is ConnectionState's (connection_state.py), with its defaults.
     _out_bytes = 0
+    # A send raised (the request timeout, or a signal, while it waited on a slow reader): part
+    # of what it was sending may be on the wire, and nothing sent after it reads right. A
+    # protocol that would keep the connection ends it abruptly instead.
+    send_broken = False
     # Held around a send only where several threads send on one connection: a multiplexed
     # FastCGI connection's requests and its reading thread (fastcgi_connection.py sets it).
     # Every other connection is served, and sends, in one thread at a time.
@@ -96,7 +100,11 @@ class Connection(_impl.ConnectionState, Job):
         out = self._out
         self._out = []
         self._out_bytes = 0
-        _impl.send_buffers(self._sock, out)
+        try:
+            _impl.send_buffers(self._sock, out)
+        except BaseException:
+            self.send_broken = True
+            raise
 
     def send_file(self, filelike):
         """Send a regular file from its current position to the end (``os.sendfile``; the

@@ -87,6 +87,13 @@ class FastCGIRequest:
                 # Nothing of an aborted request is sent (its ClientDisconnected included):
                 # the web server waits for END_REQUEST only.
                 protocol_status, app_status = fcgi.FCGI_REQUEST_COMPLETE, 0
+            elif self._conn.send_broken:
+                # A send cut short: nothing more goes on the stream, where a record may be
+                # half sent (the traceback would be read as records); the server's log has it.
+                logger.exception('FastCGI request %s: a send was cut short; ending the '
+                                 'connection', self.requestId)
+                self._conn.truncate_request(self)
+                return
             else:
                 traceback.print_exc(file=self.stderr)
                 self.stderr.flush()
@@ -426,6 +433,13 @@ class FastCGIConnection(Connection, _impl.FastCGIState):
         """Close STDOUT and STDERR, then END_REQUEST (spec 5.5: always in this order), all in
         one send; then keep the connection, drain it, or close it.
         """
+        if self.send_broken:
+            # A send cut short: a record may be half on the wire (known_differences
+            # 'truncated-response-signalled' is how the web server is told).
+            if not self.multiplexed:
+                self.truncate_request(req)
+                return
+            shutdown_quietly(self._sock, socket.SHUT_RDWR)  # every request on it ends
         stdout, stderr = req.stdout, req.stderr
         io = req._io
         request_id = io.request_id

@@ -350,6 +350,7 @@ cdef class _FcgiChain:
     cdef long served
     cdef bint closed
     cdef bint hand_over           # the rest of the connection goes to the pure path
+    cdef bint send_broken         # a send raised (Connection.send_broken)
 
     cdef int init(self, FastCGIState conn) except -1:
         self.conn = conn
@@ -371,7 +372,11 @@ cdef class _FcgiChain:
     # -- the send queue (Connection.send) --------------------------------------------------
 
     cdef int send(self, list buffers, bint hold) except -1:
-        self.held = _send_or_hold(self.sock, self.held, &self.held_bytes, buffers, hold)
+        try:
+            self.held = _send_or_hold(self.sock, self.held, &self.held_bytes, buffers, hold)
+        except BaseException:
+            self.send_broken = True  # part of it may be on the wire (Connection.send_broken)
+            raise
         return 0
 
     cdef int hand_queue_to_conn(self) except -1:
@@ -544,6 +549,12 @@ cdef class _FcgiChain:
         try:
             protocol_status = self.handle(ex)
         except Exception as exc:
+            if self.send_broken and not (ex.io.aborted or _gw_is_peer_gone(exc)):
+                # A send cut short: nothing more goes on the stream (see the twin).
+                _fcgi_py['logger'].exception('FastCGI request %s: a send was cut short; '
+                                             'ending the connection', ex.io.request_id)
+                self.truncate_request(ex)
+                return 0
             if not (ex.io.aborted or _gw_is_peer_gone(exc)):
                 # Nothing of an aborted request is sent: the web server waits for END_REQUEST.
                 _traceback.print_exc(file=ex.stderr)
@@ -602,6 +613,10 @@ cdef class _FcgiChain:
         cdef _FcgiStdout stdout = ex.stdout
         cdef _FcgiStderr stderr = ex.stderr
         cdef list buffers
+        if self.send_broken:
+            # A send cut short: a record may be half on the wire (see the twin).
+            self.truncate_request(ex)
+            return 0
         request_id = ex.io.request_id
         if (app_status == 0 and protocol_status == _FCGI_REQUEST_COMPLETE
                 and stdout.dataWritten and not stdout.closed and not stderr.closed

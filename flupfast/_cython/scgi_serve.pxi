@@ -358,12 +358,18 @@ cdef list _send_or_hold(sock, list held, Py_ssize_t *held_bytes, list buffers, b
         if held_bytes[0] < _COALESCE_LIMIT:
             held += buffers
             return held
-    held += buffers
     held_bytes[0] = 0
     if held:
+        out = held + buffers
+        # Emptied before the send (the caller's list): one that raises midway never goes out
+        # again from its start with the next send.
+        del held[:]
+    else:
+        out = buffers
+    if out:
         # By its module name, as Connection.send calls _impl's: a test's spy sees it.
-        send_buffers(sock, held)
-    return []
+        send_buffers(sock, out)
+    return held
 
 
 cdef class _RawOutputStream(PartsWriter):

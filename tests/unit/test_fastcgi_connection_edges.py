@@ -415,3 +415,38 @@ def test_a_multiplexed_request_id_reused_at_once_is_served(use_backend, monkeypa
         time.sleep(0.2)  # the ended request's bookkeeping runs now
         sock.sendall(stdin)
         assert read_response(sock, timeout=5).body == b'got 100'
+
+
+def test_a_send_cut_short_ends_the_kept_connection(use_backend, monkeypatch):
+    """The request timeout (or flup's fork-mode timeout) raises while a send waits on a slow
+    web server: part of a record is on the wire. Nothing more may follow, neither the
+    traceback nor the 500 page nor END_REQUEST, and the kept connection ends (found in
+    review: the stream went on out of step, the compiled twin sending its queue again from
+    the start, and the next request was read inside a record)."""
+    from flupfast import _impl
+    from flupfast.deadline import RequestTerminated
+    from tests.unit.send_spy import _speedups
+    real = _impl.send_buffers
+    sent = []
+
+    def cut_short(sock, buffers):
+        data = b''.join(bytes(b) for b in buffers)
+        if not sent and b'E' * 1000 in data:  # the app's big stderr write
+            sent.append(data[:len(data) // 2])
+            sock.sendall(sent[0])
+            raise RequestTerminated()
+        return real(sock, buffers)
+    monkeypatch.setattr(_impl, 'send_buffers', cut_short)
+    if _speedups is not None:
+        monkeypatch.setattr(_speedups, 'send_buffers', cut_short)
+
+    def logs_a_lot(environ, start_response):
+        environ['wsgi.errors'].write('E' * 100000)
+        environ['wsgi.errors'].flush()
+        start_response('200 OK', [])
+        return [b'ok']
+    h = Harness(logs_a_lot)
+    with h.connect() as sock:
+        sock.sendall(request_bytes('/', keep_conn=True))
+        assert read_to_eof(sock) == sent[0]
+    h.join()
