@@ -214,7 +214,7 @@ class AJPRequest:
             if is_peer_gone(exc) or isinstance(exc, AJPError):
                 raise  # the connection cannot go on; it logs and closes
             logger.exception('Exception caught from handler')
-            if self._headersSent:
+            if self._headersSent or self._conn.send_broken:  # a packet may be half sent
                 self.truncated = True
             else:
                 self._conn.server.error(self)
@@ -426,14 +426,15 @@ class AJPConnection(LoggedConnection):
             with request_deadline(self._timeout, self._timed_out):
                 req.run()
         self.served += 1
-        if not body.wire_known:
-            self._end_unknown_wire(req, body)
-            return False
-        if req.truncated:
+        if req.truncated or self.send_broken:
             # No END_RESPONSE: mod_proxy_ajp takes the close for a failed backend and ends
-            # the client's response unfinished (``truncated-response-signalled``).
+            # the client's response unfinished (``truncated-response-signalled``); after a
+            # send cut short (the request timeout), a packet may be half sent.
             body.ended = True
             self.close()
+            return False
+        if not body.wire_known:
+            self._end_unknown_wire(req, body)
             return False
         try:
             body.finish()
@@ -461,9 +462,6 @@ class AJPConnection(LoggedConnection):
         END_RESPONSE(reuse=0) and the connection closes, lingering while those answers
         arrive so that the close does not reset the response."""
         body.ended = True  # a wsgi.input kept past the request reads nothing more
-        if req.truncated:
-            self.close()
-            return
         if not req._headersSent:
             req.send_head(500, b'Internal Server Error', [(b'Content-Length', b'0')], b'',
                           True)

@@ -19,7 +19,7 @@ from flupfast.ajp_connection import MAX_BODY_REQUEST
 from flupfast.limits import AJP_BODY_AHEAD
 from tests.ajp_client import (Response, body_packet, forward_request, packet,
                               read_container_packets, request_bytes)
-from tests.unit.connection_harness import echo, peer_closed
+from tests.unit.connection_harness import echo, peer_closed, read_to_eof
 from tests.unit.test_ajp_connection import Harness, use_backend  # noqa: F401 (fixture)
 
 BODY = bytes(range(256)) * 4096  # 1 MiB: many whole-packet asks fit in it
@@ -324,3 +324,28 @@ def test_a_request_timeout_inside_a_body_read_ends_the_connection(use_backend, m
     assert web.closed()
     h.join()
     assert h.served == [1]
+
+
+def test_an_ask_cut_short_ends_the_connection_without_another_packet(use_backend, monkeypatch):
+    """The request timeout lands while GET_BODY_CHUNKs go out: part of one may be on the
+    wire, and nothing may follow it (not the 500, not END_RESPONSE): the connection closes."""
+    from flupfast import _impl
+    from flupfast.deadline import RequestTerminated
+    from tests.unit.send_spy import _speedups
+    real = _impl.send_buffers
+    sent = []
+
+    def cut_short(sock, buffers):
+        data = b''.join(bytes(b) for b in buffers)
+        if not sent and data[4:5] == b'\x06':  # the first batch of GET_BODY_CHUNKs
+            sent.append(data[:3])
+            sock.sendall(sent[0])
+            raise RequestTerminated()
+        return real(sock, buffers)
+    monkeypatch.setattr(_impl, 'send_buffers', cut_short)
+    if _speedups is not None:
+        monkeypatch.setattr(_speedups, 'send_buffers', cut_short)
+    h, web = _connect(echo)
+    web.sock.sendall(request_bytes('POST', '/', body=BODY, chunk=8186))
+    assert read_to_eof(web.sock) == sent[0]
+    h.join()
