@@ -51,6 +51,10 @@ class RequestTimeout(RequestWatch):
             logger.error('%s', self.describe('request timeout, ending it', entry, frame, now))
             if self.end_process is not None:
                 flush_all()  # the process ends without its atexit handlers
+                if token not in self._in_flight:
+                    # It ended while the stack was written: the child may be in its next
+                    # request already, which is not to be ended with it.
+                    return
                 self.end_process()
             else:
                 interruption = self._interruptions.get(token)

@@ -97,6 +97,23 @@ def test_a_request_that_ended_is_not_ended():
     assert ended == [] and watch.terminated_requests == 0
 
 
+def test_a_fork_child_whose_request_ends_while_its_stack_is_written_is_left_alone(monkeypatch):
+    """Writing the stack takes milliseconds: a request that ended meanwhile may have been
+    followed by the child's next one, which the exit would end with it (found in review)."""
+    ended = []
+    watch = RequestTimeout(100, end_process=lambda: ended.append(True))
+    token = watch.begin(ENVIRON)
+    describe = watch.describe
+
+    def the_request_ends_meanwhile(*args):
+        watch.end(token, None, False)
+        watch.begin(ENVIRON)  # the child's next request
+        return describe(*args)
+    monkeypatch.setattr(watch, 'describe', the_request_ends_meanwhile)
+    watch.check(time.monotonic() + 100)
+    assert ended == []
+
+
 def test_end_process_is_called_once_instead_of_raising(caplog):
     ended = []
     watch = RequestTimeout(100, end_process=lambda: ended.append(True))
