@@ -149,26 +149,39 @@ def test_reload_under_load_fails_no_request(server, front_name):
         front.stop()
 
 
+def serve_module(tmp_path, name, source, python_args=('-m', 'flupfast')):
+    """The command line serving ``NAME:app`` (the module's text ``source``, in a directory of
+    its own) on a Unix socket: (the module's path, the socket, the environment, the process)."""
+    app_dir = tmp_path / 'app'
+    app_dir.mkdir()
+    module = app_dir / ('%s.py' % name)
+    module.write_text(source)
+    sock = str(tmp_path / 'app.sock')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(app_dir)]))
+    backend = ManagedProcess('backend', [sys.executable, *python_args, '%s:app' % name,
+                                         '--bind', 'unix:' + sock], env=env, cwd=str(app_dir),
+                             log_dir=tmp_path)
+    return module, sock, env, backend
+
+
+def fcgi_body(sock, env, path='/'):
+    proc = subprocess.run([sys.executable, '-m', 'flupfast.client', 'fcgi', sock, path],
+                          env=env, capture_output=True, timeout=30)
+    return proc.stdout.rpartition(b'\r\n\r\n')[2]
+
+
 def test_a_reload_whose_new_code_does_not_import_is_refused(tmp_path):
     """The app's module breaks on disk, SIGHUP: the old code serves on, and the log says why;
     fixed again, the next SIGHUP reloads."""
-    app_dir = tmp_path / 'app'
-    app_dir.mkdir()
-    module = app_dir / 'reloadable.py'
-    module.write_text('def app(environ, start_response):\n'
-                      '    start_response("200 OK", [])\n    return [b"v1"]\n')
-    sock = str(tmp_path / 'app.sock')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(app_dir)]))
-    backend = ManagedProcess('backend', [sys.executable, '-m', 'flupfast', 'reloadable:app',
-                                         '--bind', 'unix:' + sock], env=env, cwd=str(app_dir),
-                             log_dir=tmp_path)
+    module, sock, env, backend = serve_module(
+        tmp_path, 'reloadable', 'def app(environ, start_response):\n'
+        '    start_response("200 OK", [])\n    return [b"v1"]\n')
+    app_dir = module.parent
     try:
         wait_until_connectable(sock, backend)
 
         def body():
-            proc = subprocess.run([sys.executable, '-m', 'flupfast.client', 'fcgi', sock, '/'],
-                                  env=env, capture_output=True, timeout=30)
-            return proc.stdout.rpartition(b'\r\n\r\n')[2]
+            return fcgi_body(sock, env)
 
         assert body() == b'v1'
         module.write_text('def app(:\n')
@@ -246,20 +259,12 @@ def test_a_sighup_while_a_reload_is_under_way_is_never_fatal(tmp_path):
     """SIGHUPs while the new code is checked (between two runs) and while the new image starts
     (before its server runs) are folded into the reload under way: the same process serves the
     new code afterwards. SIGHUP's default action would have ended the process there."""
-    app_dir = tmp_path / 'app'
-    app_dir.mkdir()
-    module = app_dir / 'gated.py'
-    module.write_text(GATED_APP % {'dir': str(tmp_path), 'body': b'v1'})
-    sock = str(tmp_path / 'app.sock')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(app_dir)]))
-    backend = ManagedProcess('backend', [sys.executable, '-m', 'flupfast', 'gated:app',
-                                         '--bind', 'unix:' + sock], env=env, cwd=str(app_dir),
-                             log_dir=tmp_path)
+    module, sock, env, backend = serve_module(
+        tmp_path, 'gated', GATED_APP % {'dir': str(tmp_path), 'body': b'v1'})
+    app_dir = module.parent
 
     def body():
-        proc = subprocess.run([sys.executable, '-m', 'flupfast.client', 'fcgi', sock, '/'],
-                              env=env, capture_output=True, timeout=30)
-        return proc.stdout.rpartition(b'\r\n\r\n')[2]
+        return fcgi_body(sock, env)
 
     def appeared(path):
         assert backend.alive(), backend.describe()
@@ -284,12 +289,6 @@ def test_a_sighup_while_a_reload_is_under_way_is_never_fatal(tmp_path):
         assert body() == b'v2' and backend.alive(), backend.describe()
     finally:
         backend.stop()
-
-
-def fcgi_body(sock, env, path='/'):
-    proc = subprocess.run([sys.executable, '-m', 'flupfast.client', 'fcgi', sock, path],
-                          env=env, capture_output=True, timeout=30)
-    return proc.stdout.rpartition(b'\r\n\r\n')[2]
 
 
 @pytest.mark.parametrize('mode', ['thread', 'fork'])
@@ -341,15 +340,12 @@ def test_a_reload_whose_check_runs_out_of_time_is_refused(tmp_path):
     """The new code's import hangs past the check's bound: the reload is refused with one
     line and the old code serves on (found in review: the TimeoutExpired ended the server)."""
     marker = tmp_path / 'hang'
-    (tmp_path / 'hanging.py').write_text(HANGING_APP % {'marker': str(marker)})
-    sock = str(tmp_path / 'app.sock')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]))
     command = ('import sys, flupfast.cli_apps as apps, flupfast.__main__ as cli; '
                'apps.RELOAD_CHECK_TIMEOUT = 2; '
                'sys.exit(cli.main())')
-    backend = ManagedProcess('backend', [sys.executable, '-c', command, 'hanging:app',
-                                         '--bind', 'unix:' + sock],
-                             env=env, cwd=str(tmp_path), log_dir=tmp_path)
+    _, sock, env, backend = serve_module(tmp_path, 'hanging',
+                                         HANGING_APP % {'marker': str(marker)},
+                                         python_args=('-c', command))
     try:
         wait_until_connectable(sock, backend)
         pid_before = backend.pid
@@ -367,16 +363,10 @@ def test_a_sighup_while_the_app_loads_reloads_once_it_serves(tmp_path):
     """A deploy changes the code and sends SIGHUP while the process still imports the old
     code (its first start here): it reloads as soon as its server runs (found in review: the
     signal was recorded, then forgotten, and the old code served on)."""
-    app_dir = tmp_path / 'app'
-    app_dir.mkdir()
-    module = app_dir / 'gated.py'
-    module.write_text(GATED_APP % {'dir': str(tmp_path), 'body': b'v1'})
     (tmp_path / 'hold-start').touch()
-    sock = str(tmp_path / 'app.sock')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(app_dir)]))
-    backend = ManagedProcess('backend', [sys.executable, '-m', 'flupfast', 'gated:app',
-                                         '--bind', 'unix:' + sock], env=env, cwd=str(app_dir),
-                             log_dir=tmp_path)
+    module, sock, env, backend = serve_module(
+        tmp_path, 'gated', GATED_APP % {'dir': str(tmp_path), 'body': b'v1'})
+    app_dir = module.parent
     try:
         waiting = tmp_path / 'waiting-start'
         wait_until(lambda: waiting.exists(), 30, what=lambda: backend.describe())

@@ -329,22 +329,10 @@ def test_a_request_timeout_inside_a_body_read_ends_the_connection(use_backend, m
 def test_an_ask_cut_short_ends_the_connection_without_another_packet(use_backend, monkeypatch):
     """The request timeout lands while GET_BODY_CHUNKs go out: part of one may be on the
     wire, and nothing may follow it (not the 500, not END_RESPONSE): the connection closes."""
-    from flupfast import _impl
-    from flupfast.deadline import RequestTerminated
-    from tests.unit.send_spy import _speedups
-    real = _impl.send_buffers
-    sent = []
-
-    def cut_short(sock, buffers):
-        data = b''.join(bytes(b) for b in buffers)
-        if not sent and data[4:5] == b'\x06':  # the first batch of GET_BODY_CHUNKs
-            sent.append(data[:3])
-            sock.sendall(sent[0])
-            raise RequestTerminated()
-        return real(sock, buffers)
-    monkeypatch.setattr(_impl, 'send_buffers', cut_short)
-    if _speedups is not None:
-        monkeypatch.setattr(_speedups, 'send_buffers', cut_short)
+    from tests.unit.send_spy import cut_a_send_short
+    # The first batch of GET_BODY_CHUNKs: three bytes of it go out.
+    sent = cut_a_send_short(monkeypatch, lambda data: data[4:5] == b'\x06',
+                            lambda data: data[:3])
     h, web = _connect(echo)
     web.sock.sendall(request_bytes('POST', '/', body=BODY, chunk=8186))
     assert read_to_eof(web.sock) == sent[0]

@@ -423,22 +423,10 @@ def test_a_send_cut_short_ends_the_kept_connection(use_backend, monkeypatch):
     traceback nor the 500 page nor END_REQUEST, and the kept connection ends (found in
     review: the stream went on out of step, the compiled twin sending its queue again from
     the start, and the next request was read inside a record)."""
-    from flupfast import _impl
-    from flupfast.deadline import RequestTerminated
-    from tests.unit.send_spy import _speedups
-    real = _impl.send_buffers
-    sent = []
-
-    def cut_short(sock, buffers):
-        data = b''.join(bytes(b) for b in buffers)
-        if not sent and b'E' * 1000 in data:  # the app's big stderr write
-            sent.append(data[:len(data) // 2])
-            sock.sendall(sent[0])
-            raise RequestTerminated()
-        return real(sock, buffers)
-    monkeypatch.setattr(_impl, 'send_buffers', cut_short)
-    if _speedups is not None:
-        monkeypatch.setattr(_speedups, 'send_buffers', cut_short)
+    from tests.unit.send_spy import cut_a_send_short
+    # The app's big stderr write: half of it goes out.
+    sent = cut_a_send_short(monkeypatch, lambda data: b'E' * 1000 in data,
+                            lambda data: data[:len(data) // 2])
 
     def logs_a_lot(environ, start_response):
         environ['wsgi.errors'].write('E' * 100000)
