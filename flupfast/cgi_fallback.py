@@ -43,6 +43,8 @@ def cgi_stdin(stdin=None, environ=None):
     is text-mode ``sys.stdin``: cgi-server-bytes). Shared by the FastCGI CGI fallback and server.cgi."""
     if stdin is None:
         stdin = getattr(sys.stdin, 'buffer', sys.stdin)
+        if stdin is None:  # fd 0 closed: Python has no sys.stdin, and there is no body
+            return _impl.InputStream(lambda: b'')
     if environ is None:
         environ = os.environ
     try:

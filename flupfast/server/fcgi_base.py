@@ -240,11 +240,24 @@ cgi_params = _cgi.cgi_params
 cgi_stdin = _cgi.cgi_stdin
 
 
+class _CGIConnection(object):
+    """What a request's run() asks of its connection, for the one request of the CGI
+    fallback: stdout is not a stream a send can leave half written, and an app that fails
+    after its output began ends the process as flup's does (the web server has the output)."""
+
+    send_broken = False
+
+    @staticmethod
+    def truncate_request(req):
+        req._end()
+
+
 class CGIRequest(Request):
     """The one request of the CGI fallback, from os.environ and stdin, disguised as a FastCGI
     request (flup's ``fcgi_base.CGIRequest``, fcgi_base.py:607-629)."""
 
     def __init__(self, server):
+        self._conn = _CGIConnection
         self._io = _connection.RequestIO()
         self.requestId = 1
         self.role = FCGI_RESPONDER

@@ -101,15 +101,36 @@ def test_streamed_bytes_and_write_and_str(backend):
     assert run_cgi(backend, '/str')[2] == probe.STR_BODY.encode('latin-1')
 
 
-def test_app_error_answers_500_and_logs(backend):
-    status, headers, body, stderr, rc = run_cgi(backend, '/error')
+# A FastCGI script run as plain CGI (fd 0 a pipe, not a socket): flup's CGI fallback.
+FCGI_FALLBACK = SCRIPT.replace('flupfast.server.cgi', 'flupfast.server.fcgi')
+
+
+@pytest.mark.parametrize('script', [SCRIPT, FCGI_FALLBACK], ids=['cgi', 'fcgi-fallback'])
+def test_app_error_answers_500_and_logs(backend, script):
+    status, headers, body, stderr, rc = run_cgi(backend, '/error', script=script)
     assert status == 500 and rc == 0
     assert dict(headers)['Content-Type'] == 'text/html'
     assert b'Unhandled Exception' in body
     assert 'RuntimeError: probe: error before start_response' in stderr
 
 
-def test_error_after_first_chunk_truncates(backend):
-    status, _, body, stderr, rc = run_cgi(backend, '/error-after')
+@pytest.mark.parametrize('script', [SCRIPT, FCGI_FALLBACK], ids=['cgi', 'fcgi-fallback'])
+def test_error_after_first_chunk_truncates(backend, script):
+    """The FastCGI fallback's request asks its connection whether a send was cut short and
+    how to end a response begun (found in review: it had none, an AttributeError, no output
+    and exit status 1)."""
+    status, _, body, stderr, rc = run_cgi(backend, '/error-after', script=script)
     assert (status, body, rc) == (200, probe.ERROR_AFTER_FIRST, 0)
     assert 'error after the first chunk' in stderr
+
+
+@pytest.mark.parametrize('script', [SCRIPT, FCGI_FALLBACK], ids=['cgi', 'fcgi-fallback'])
+def test_a_request_with_fd_0_closed_has_an_empty_body(backend, script):
+    """Python then has no sys.stdin (found in review: an AttributeError before the app)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(('HTTP', 'CONTENT_'))}
+    full.update(BASE_ENV, PATH_INFO='/upload', PYTHONPATH=ROOT,
+                FLUPFAST_SPEEDUPS='0' if backend.name == 'py' else '1')
+    proc = subprocess.run(['/bin/sh', '-c', 'exec "$0" -c "$1" 0<&-', sys.executable, script],
+                          env=full, cwd=ROOT, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.partition(b'\r\n\r\n')[2])['length'] == 0
