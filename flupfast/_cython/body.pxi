@@ -226,19 +226,26 @@ cdef class InputStream:
 
     # The rest of io.BufferedReader's reading surface (see the pure twin).
 
+    @cython.final
+    cdef bint _has_unread(self) except -1:
+        """Whether bytes are unread, the next chunk pulled in when none are (read1, peek:
+        the pure twin's ``_next_chunk``); False at the end of the body."""
+        cdef object chunk
+        if self._end - self._start > 0:
+            return True
+        chunk = self._next_chunk()
+        if chunk is None:
+            return False
+        self._chunk = chunk if PyBytes_CheckExact(chunk) else _buffer_to_bytes(chunk)
+        self._start = 0
+        self._end = PyBytes_GET_SIZE(self._chunk)
+        return True
+
     def read1(self, size=-1):
         """At most ``size`` bytes (all of them if negative) with at most one pull."""
         cdef Py_ssize_t n = -1 if size is None else PyNumber_AsSsize_t(size, NULL)
-        cdef object chunk
-        if self._end - self._start <= 0:
-            if n == 0:
-                return b''
-            chunk = self._next_chunk()
-            if chunk is None:
-                return b''
-            self._chunk = chunk if PyBytes_CheckExact(chunk) else _buffer_to_bytes(chunk)
-            self._start = 0
-            self._end = PyBytes_GET_SIZE(self._chunk)
+        if n == 0 or not self._has_unread():
+            return b''
         if n < 0 or n > self._end - self._start:
             n = self._end - self._start
         return self._take(n)
@@ -246,14 +253,8 @@ cdef class InputStream:
     def peek(self, size=0):
         """The unread bytes of the current chunk, without taking them (one pull if there
         are none); b'' at the end of the body."""
-        cdef object chunk
-        if self._end - self._start <= 0:
-            chunk = self._next_chunk()
-            if chunk is None:
-                return b''
-            self._chunk = chunk if PyBytes_CheckExact(chunk) else _buffer_to_bytes(chunk)
-            self._start = 0
-            self._end = PyBytes_GET_SIZE(self._chunk)
+        if not self._has_unread():
+            return b''
         if self._start == 0:
             return self._chunk
         return self._chunk[self._start:self._end]

@@ -327,33 +327,13 @@ class PreforkWorkers(_Board):
         """A copy of the slot at ``offset`` that no write of its child was under way in."""
         memory = self.memory
         seq = offset + _SEQ_AT
-        deadline = None
-        while True:
-            before = memory[seq]
-            if not before % 2:
-                raw = memory[offset:offset + SLOT_SIZE]
-                if memory[seq] == before:
-                    return raw
-            if deadline is None:
-                deadline = time.monotonic() + _SNAPSHOT_WAIT
-            elif time.monotonic() > deadline:
-                return memory[offset:offset + SLOT_SIZE]  # its writer died mid-write
-            time.sleep(0)
+        return _read_whole(lambda: memory[seq], lambda: memory[offset:offset + SLOT_SIZE])
 
     def snapshot(self):
         """Copy the board: pool counters and one entry per child. Read again when the parent
         folded a reaped child's counts meanwhile (the generation moved or is odd)."""
         words = self._words
-        deadline = time.monotonic() + _SNAPSHOT_WAIT
-        while time.monotonic() < deadline:
-            generation = words[_GENERATION]
-            if generation % 2:
-                time.sleep(0)
-                continue
-            counters = self._read()
-            if words[_GENERATION] == generation:
-                return counters
-        return self._read()
+        return _read_whole(lambda: words[_GENERATION], self._read)
 
     def _read(self):
         words = self._words
@@ -386,6 +366,24 @@ class PreforkWorkers(_Board):
         counters.max_children_reached = words[_REACHED]
         counters.max_listen_queue = words[_MAX_LISTEN_QUEUE]
         return counters
+
+
+def _read_whole(sequence, read):
+    """``read()`` taken while ``sequence()`` stood even and unchanged (the number its
+    writer keeps odd while it writes); after _SNAPSHOT_WAIT, what ``read()`` gives (a writer
+    that died mid-write)."""
+    deadline = None
+    while True:
+        before = sequence()
+        if not before % 2:
+            value = read()
+            if sequence() == before:
+                return value
+        if deadline is None:
+            deadline = time.monotonic() + _SNAPSHOT_WAIT
+        elif time.monotonic() > deadline:
+            return read()
+        time.sleep(0)
 
 
 def _entry(pid, state, started, now, mono, begin, requests, duration, cpu_percent, memory):
